@@ -1,0 +1,60 @@
+"""Command-line entry point: a thin dispatcher over the capability packages.
+
+Only the chosen sub-command's module is imported, so `kvwise plan` never pays for the gateway's
+or the simulator's imports. Each command module exposes `run(argv: list[str]) -> int`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from kvwise import __version__
+from kvwise.errors import KvwiseError
+
+# name -> (module that implements it, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("kvwise.planner.cli", "will it start, how many KV tokens fit, which flags to use"),
+    "simulate": ("kvwise.sim.cli", "latency, throughput, KV use and preemptions of a workload"),
+    "serve": ("kvwise.gateway.cli", "OpenAI-compatible gateway with KV-token admission control"),
+    "bench": ("kvwise.bench.cli", "multi-turn load against any OpenAI-compatible endpoint"),
+    "calibrate": ("kvwise.bench.calibrate_cli", "fit the step-time model from bench results"),
+    "doctor": ("kvwise.doctor.cli", "explain a vLLM start-up log or traceback"),
+    "models": ("kvwise.core.catalog_cli", "list the offline model catalog"),
+    "gpus": ("kvwise.core.catalog_cli", "list the GPU catalog"),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"usage: kvwise COMMAND [options]   (kvwise {__version__})", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "Run `kvwise COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if args[0] == "--version":
+        print(__version__)
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"kvwise: unknown command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.run(rest) if name not in ("models", "gpus") else module.run(name, rest))
+    except KvwiseError as exc:
+        print(f"kvwise {name}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"kvwise {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

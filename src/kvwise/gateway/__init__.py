@@ -1,0 +1,1 @@
+"""kvwise.gateway."""
