@@ -120,7 +120,7 @@ def detect_gpus() -> list[GpuSpec]:
     machines have no GPU, so only the absent path runs there.
     """
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return []
     try:
