@@ -26,6 +26,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 # (QwQ-32B-unsloth-bnb-4bit is not mapped: that copy's config.json accepts max_model_len 60000,
 # the published QwQ-32B config in the catalog stops at 40960, so it is a different checkpoint.)
 MODEL_NAMES: dict[str, tuple[str, str | None]] = {
+    "Qwen2.5-32B-Instruct-INT8-W8A16": ("RedHatAI/Qwen2.5-32B-Instruct-quantized.w8a16", None),
     "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": (
         "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8",
         None,

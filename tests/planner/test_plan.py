@@ -183,4 +183,4 @@ def test_json_contract_keys() -> None:
         "tokens",
         "max_concurrency",
     }
-    assert data["gpu"] == {"name": "RTX 4090", "memory_gib": 23.64, "count": 1}
+    assert data["gpu"] == {"name": "RTX 4090", "memory_gib": 23.55, "count": 1}

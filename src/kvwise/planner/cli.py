@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     parser.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        help="SGLang only: weights + KV fraction of free memory",
+    )
+    parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -106,7 +111,11 @@ def run(argv: list[str]) -> int:
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
-        return run_sglang(model, gpu, flags, as_json=args.json)
+        if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
+            raise UsageError("--mem-fraction-static must be in (0, 1)")
+        return run_sglang(
+            model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
+        )
     result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
     if args.explain:
         from kvwise.planner.explain import run_explain
