@@ -211,5 +211,13 @@ def test_pipeline_parallel_splits_layers_and_keeps_all_kv_heads() -> None:
 
 
 def test_awq_needs_an_awq_checkpoint() -> None:
-    with pytest.raises(InvalidFlagError, match="AWQ|awq"):
+    with pytest.raises(InvalidFlagError, match=r"AWQ|awq"):
         _plan(quantization="awq")
+
+
+def test_v0_budget_beyond_free_memory_fails_allocating_kv_not_capturing_graphs() -> None:
+    result = _plan(
+        version="0.6.4", gpu_memory_utilization=0.99, max_model_len=8192, enforce_eager=True
+    )
+    assert result.error is not None and result.error.kind == "insufficient_free_memory_at_startup"
+    assert "allocating the KV cache" in result.error.message

@@ -102,6 +102,15 @@ def max_len_exceeds(
     return PlanError(MAX_MODEL_LEN_EXCEEDS_KV_CACHE, text)
 
 
+def kv_allocation_oom(budget: int, free: int) -> PlanError:
+    return PlanError(
+        INSUFFICIENT_FREE_MEMORY,
+        f"torch.OutOfMemoryError: CUDA out of memory allocating the KV cache: the budget "
+        f"(total x gpu_memory_utilization, {_gib(budget)} GiB) exceeds the {_gib(free)} GiB free "
+        "at start-up (this vLLM release does not check free memory first).",
+    )
+
+
 def graph_capture_oom(graphs: int, room: int) -> PlanError:
     return PlanError(
         CUDA_OOM_CUDA_GRAPH_CAPTURE,

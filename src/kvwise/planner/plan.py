@@ -130,6 +130,10 @@ def _startup_error(
         if resolved.kv_cache_memory_bytes is None
         else free - (parts.weights + parts.activation + parts.non_torch + available)
     )
+    if outside < 0:
+        # no start-up check (V0, V1 < 0.9.1): the pool is sized past free memory and its
+        # allocation fails
+        return errors_text.kv_allocation_oom(budget, free)
     graph_excess = parts.graphs_actual - parts.graphs_in_budget
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
