@@ -98,12 +98,11 @@ def _zero_or_negative_kv(parsed: ParsedLog) -> LogLine | None:
 
 def _explained(parsed: ParsedLog, kind: str, line: LogLine) -> Diagnosis:
     anchor = line.number
+    # the lines that logged the figures, before the error line that may repeat them
     figure_lines = [
-        parsed.figure_line(name, anchor)
-        for name in explain.FIGURES_FOR_KIND.get(kind, ())
-        if parsed.figure_line(name, anchor) is not None
+        parsed.figure_line(name, anchor - 1) for name in explain.FIGURES_FOR_KIND.get(kind, ())
     ]
-    evidence = _lines(line, *figure_lines)
+    evidence = _lines(line, *(f for f in figure_lines if f is not None))
     summary = explain.summarize(kind, parsed, anchor)
     other = other_process(parsed, anchor)
     if other is not None and kind == kinds.INSUFFICIENT_FREE_MEMORY:
@@ -147,9 +146,12 @@ def _oom_stage(parsed: ParsedLog, hit: Hit) -> tuple[str | None, LogLine | None]
 
 
 def _frame_line(parsed: ParsedLog, index: int, words: tuple[str, ...]) -> LogLine | None:
-    for line in reversed(parsed.log.lines[max(0, index - 400) : index + 1]):
-        if any(f"in {word}" in line.message for word in words):
-            return line
+    """The traceback frame that shows the stage, the most telling function first."""
+    window = parsed.log.lines[max(0, index - 400) : index + 1]
+    for word in words:
+        for line in reversed(window):
+            if line.message.endswith(f"in {word}"):
+                return line
     return None
 
 

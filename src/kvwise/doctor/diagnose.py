@@ -9,10 +9,11 @@ from kvwise.doctor import explain, kinds
 from kvwise.doctor.classify import Diagnosis, classify
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose, serve_command
-from kvwise.doctor.options import PRESCRIBERS
+from kvwise.doctor.options import PRESCRIBERS, options_for
 from kvwise.doctor.parse import ParsedLog, parse_log
 from kvwise.doctor.resolve import Resolved, resolve
 from kvwise.doctor.text import read_log
+from kvwise.planner import plan
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def diagnose(
     data: bytes,
     *,
     nvidia_smi: str | None = None,
-    planner: PlanFn | None = None,
+    planner: PlanFn | None = plan,
     model_hint: str | None = None,
     gpu_hint: str | None = None,
 ) -> Report:
@@ -48,9 +49,26 @@ def diagnose(
     # only vLLM's and PyTorch's totals: nvidia-smi's includes memory CUDA does not hand out
     total = parsed.figure("total_bytes", anchor)
     resolved = resolve(
-        parsed.model(anchor), parsed.gpu_names, total, model_hint=model_hint, gpu_hint=gpu_hint
+        parsed.model(anchor),
+        parsed.gpu_names,
+        total,
+        free_bytes=_free_bytes(parsed, anchor),
+        model_hint=model_hint,
+        gpu_hint=gpu_hint,
     )
     return Report(diagnosis, parsed, resolved, prescribe(diagnosis, parsed, resolved, planner))
+
+
+def _free_bytes(parsed: ParsedLog, anchor: int | None) -> float | None:
+    """Memory free for vLLM at start-up when the log or an nvidia-smi dump shows it."""
+    free = parsed.figure("free_at_startup_bytes", anchor)
+    if free is not None:
+        return free
+    if parsed.smi.gpus and parsed.smi.gpus[0].used_bytes >= GIB:
+        total = parsed.figure("total_bytes", anchor)
+        if total is not None:
+            return total - parsed.smi.gpus[0].used_bytes
+    return None
 
 
 def prescribe(
@@ -61,7 +79,7 @@ def prescribe(
         return None
     flags = parsed.flags(diagnosis.anchor)
     ctx = FixContext(diagnosis, parsed, flags, resolved.model, resolved.gpu, planner)
-    options = choose(ctx, prescriber(ctx))
+    options = choose(ctx, prescriber(ctx), options_for)
     before = ctx.plan()
     notes = list(resolved.notes) if planner is not None else ["no planner available"]
     if before is not None and before.starts and diagnosis.kind in _STARTUP_FAILURES:

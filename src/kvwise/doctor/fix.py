@@ -25,6 +25,8 @@ from kvwise.planner.result import Plan
 
 PlanFn = Callable[..., Plan]  # kvwise.planner.plan(model, gpu, flags, *, vllm_version, num_gpus)
 
+# a release to plan with when the log shows only the engine generation (both fitted on real logs)
+ENGINE_VERSIONS = {"V0": "0.6.4", "V1": "0.19.0"}
 MAX_SAFE_UTILIZATION = 0.95  # above this, CUDA graphs and allocator slack have no room left
 # relative cost of a change that is not a number moving (quality or speed trade-offs)
 TOGGLE_COST = {
@@ -77,6 +79,13 @@ class FixContext:
         return self.parsed.figure(name, self.anchor)
 
     @property
+    def vllm_version(self) -> str | None:
+        """The logged release, else a release of the engine generation the log shows."""
+        if self.parsed.version:
+            return self.parsed.version
+        return ENGINE_VERSIONS.get(self.parsed.engine or "")
+
+    @property
     def can_plan(self) -> bool:
         return self.planner is not None and self.model is not None and self.gpu is not None
 
@@ -92,12 +101,25 @@ class FixContext:
                 self.model,
                 self.gpu,
                 flags,
-                vllm_version=self.parsed.version,
+                vllm_version=self.vllm_version,
                 num_gpus=_num_gpus(values),
             )
         except (KvwiseError, ValueError, ArithmeticError) as exc:
             self.notes.append(f"the planner could not evaluate {changes or 'the logged flags'}: {exc}")
             return None
+
+    @property
+    def reproduces(self) -> bool:
+        """True when the planner predicts the logged configuration fails, as the log shows.
+
+        Only then can the planner search for the smallest change; when it predicts a start
+        the log contradicts, its searches would return "no change" and are not used.
+        """
+        before = self.plan()
+        return before is not None and not before.starts
+
+    def with_changes(self, changes: dict[str, Any]) -> FixContext:
+        return replace(self, flags=self.flags | changes)
 
     def starts(self, changes: dict[str, Any]) -> bool | None:
         plan = self.plan(changes)
@@ -131,21 +153,73 @@ class Prescription:
         return self.options[0] if self.options else None
 
 
-def choose(ctx: FixContext, candidates: list[Option]) -> list[Option]:
-    """Re-plan each candidate; drop those the planner refutes (unless vLLM's own figures gave
-    the value), smallest change first."""
+Completion = Callable[["FixContext", str], list[Option]]
+
+
+def choose(ctx: FixContext, candidates: list[Option], complete: Completion) -> list[Option]:
+    """Re-plan each candidate, smallest change first.
+
+    A value taken from vLLM's own figures is kept even when the planner predicts a failure;
+    when the planner predicts a *different* failure with it (the next check vLLM would hit),
+    `complete` proposes a second change for that failure and the pair is kept instead.
+    """
     kept = []
     for option in candidates:
         plan = ctx.plan(option.changes)
         if plan is not None and not plan.starts:
             if not option.from_log:
                 continue
+            if plan.error is not None and plan.error.kind != ctx.diagnosis.kind:
+                pair = _completed(ctx, option, plan.error.kind, complete)
+                if pair is not None:
+                    kept.append(pair)
+                    continue
             ctx.notes.append(
-                f"the planner still predicts {plan.error.kind if plan.error else 'a failure'} "
-                f"with {option.changes}; vLLM's own figures say it fits"
+                f"with {option.changes} the planner still predicts "
+                f"{plan.error.kind if plan.error else 'a failure'} (it may lack part of the "
+                "configuration); this change follows vLLM's own figures"
             )
         kept.append(replace(option, plan=plan))
     return sorted(kept, key=lambda option: option.cost)
+
+
+def _completed(ctx: FixContext, first: Option, kind: str, complete: Completion) -> Option | None:
+    alone = ctx.plan(first.changes)
+    for second in sorted(complete(ctx.with_changes(first.changes), kind), key=lambda o: o.cost):
+        if set(second.changes) & set(first.changes):
+            continue
+        changes = _rescaled(ctx, first.changes | second.changes, first, alone)
+        plan = ctx.plan(changes)
+        if plan is not None and plan.starts:
+            reason = (
+                f"{_reason_with(first.reason, changes)}; with that alone the planner predicts "
+                f"{kind}, so also {second.reason}"
+            )
+            return Option(changes, reason, first.previous | second.previous, True, plan)
+    return None
+
+
+def _rescaled(ctx: FixContext, changes: dict[str, Any], first: Option, alone: Plan | None) -> dict[str, Any]:
+    """A max_model_len read from vLLM's KV capacity, shrunk as the second change shrinks it.
+
+    vLLM's logged capacity is the truth at the logged settings; the planner supplies only the
+    ratio by which the second change (usually a lower utilization) shrinks the KV cache.
+    """
+    length = first.changes.get("max_model_len")
+    both = ctx.plan(changes)
+    if length is None or alone is None or both is None or not alone.kv.tokens:
+        return changes
+    ratio = both.kv.tokens / alone.kv.tokens
+    if ratio >= 1:
+        return changes
+    return changes | {"max_model_len": int(length * ratio) // 256 * 256}
+
+
+def _reason_with(reason: str, changes: dict[str, Any]) -> str:
+    length = changes.get("max_model_len")
+    if length is None or f"{length:,}" in reason:
+        return reason
+    return f"lower --max-model-len to {length:,} ({reason.split(': ', 1)[-1]}, less what the next change takes)"
 
 
 def serve_command(model: str | None, flags: dict[str, Any]) -> str:

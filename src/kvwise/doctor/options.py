@@ -50,6 +50,8 @@ def _util(ctx: FixContext) -> float | None:
 
 def smallest_utilization(ctx: FixContext, above: float) -> float | None:
     """The smallest gpu_memory_utilization above `above` the planner says starts (0.01 steps)."""
+    if not ctx.reproduces:
+        return None
     steps = round((MAX_SAFE_UTILIZATION - above) * 100)
     for step in range(1, steps + 1):
         util = round(above + step / 100, 2)
@@ -58,9 +60,21 @@ def smallest_utilization(ctx: FixContext, above: float) -> float | None:
     return None
 
 
+def largest_utilization(ctx: FixContext, below: float, floor: float = 0.5) -> float | None:
+    """The largest gpu_memory_utilization below `below` the planner says starts (0.01 steps)."""
+    if not ctx.reproduces:
+        return None
+    util = round(below - 0.01, 2)
+    while util >= floor:
+        if ctx.starts({"gpu_memory_utilization": util}):
+            return util
+        util = round(util - 0.01, 2)
+    return None
+
+
 def largest_value(ctx: FixContext, name: str, below: int, floor: int, step: int) -> int | None:
     """The largest value of an integer flag in [floor, below) that starts, by bisection."""
-    if not ctx.starts({name: floor}):
+    if not ctx.reproduces or not ctx.starts({name: floor}):
         return None
     low, high = floor // step, (below - 1) // step  # in units of `step`; `low` starts
     while low < high:
@@ -73,6 +87,8 @@ def largest_value(ctx: FixContext, name: str, below: int, floor: int, step: int)
 
 
 def largest_power_of_two(ctx: FixContext, name: str, below: int, floor: int = 1) -> int | None:
+    if not ctx.reproduces:
+        return None
     value = 1 << max(0, (below - 1).bit_length() - 1)  # largest power of two below `below`
     while value >= floor:
         if ctx.starts({name: value}):
@@ -141,7 +157,7 @@ def _more_util_for_kv(ctx: FixContext) -> Option | None:
         )
         return _if_safe(ctx, new, Option({"gpu_memory_utilization": new}, reason,
                                           {"gpu_memory_utilization": util}, from_log=True))
-    found = smallest_utilization(ctx, util) if ctx.can_plan else None
+    found = smallest_utilization(ctx, util)
     if found is None:
         return None
     reason = f"raise --gpu-memory-utilization from {util:g} to {found:g}: the planner's smallest"
@@ -171,17 +187,24 @@ def _fp8_kv(ctx: FixContext) -> Option | None:
 def no_kv_memory_options(ctx: FixContext) -> list[Option]:
     options = [_util_above_non_kv(ctx), _back_to_default_util(ctx)]
     util = _util(ctx)
-    if ctx.can_plan and util is not None:
+    if util is not None:
         found = smallest_utilization(ctx, util)
         if found is not None:
             reason = f"raise --gpu-memory-utilization from {util:g} to {found:g}: the planner's smallest"
             options.append(
                 Option({"gpu_memory_utilization": found}, reason, {"gpu_memory_utilization": util})
             )
-    options += _smaller_batch(ctx, ("max_num_seqs", "max_num_batched_tokens", "max_model_len"))
-    if ctx.can_plan or ctx.figure("cuda_graph_estimate_bytes") is not None:
+    options += _smaller_batch(ctx, _peak_flags(ctx))
+    if ctx.reproduces or ctx.figure("cuda_graph_estimate_bytes") is not None:
         options.append(_eager(ctx))  # helps only where graph memory is inside the budget
     return [o for o in options if o]
+
+
+def _peak_flags(ctx: FixContext) -> tuple[str, ...]:
+    """The flags that size the profile run's activation peak in this engine."""
+    if ctx.resolved("enable_chunked_prefill", ctx.parsed.engine == "V1"):
+        return ("max_num_seqs", "max_num_batched_tokens")  # V1 adds max_num_seqs x vocab logits
+    return ("max_model_len", "max_num_seqs")  # V0 profiles a whole max_model_len prompt
 
 
 def _back_to_default_util(ctx: FixContext) -> Option | None:
@@ -221,15 +244,16 @@ def _smaller_batch(ctx: FixContext, names: tuple[str, ...]) -> list[Option]:
         old = ctx.resolved(name)
         if not isinstance(old, int) or old <= 1:
             continue
-        if name == "max_model_len":
-            new = largest_value(ctx, name, old, MIN_LENGTH, LENGTH_STEP) if old > MIN_LENGTH else None
-        elif ctx.can_plan:
-            new = largest_power_of_two(ctx, name, old, floor=16 if "tokens" in name else 1)
+        if ctx.reproduces:
+            if name == "max_model_len":
+                new = largest_value(ctx, name, old, MIN_LENGTH, LENGTH_STEP)
+            else:
+                new = largest_power_of_two(ctx, name, old, floor=16 if "tokens" in name else 1)
+            how = "the planner's largest that starts"
         else:
-            new = old // 2  # without a planner: halve, the step vLLM's docs suggest
-        if new is None:
+            new, how = old // 2, "halves what it adds to the peak"  # the planner cannot tell
+        if new is None or new < 1:
             continue
-        how = "the planner's largest that starts" if ctx.can_plan else "halves its share"
         reason = f"lower --{name.replace('_', '-')} from {old:,} to {new:,}: {how}"
         options.append(Option({name: new}, reason, {name: old}))
     return options
@@ -266,9 +290,7 @@ def _length_at(ctx: FixContext, changes: dict[str, Any]) -> int | None:
     old = ctx.resolved("max_model_len")
     if not isinstance(old, int) or old <= MIN_LENGTH:
         return None
-    flags_then = FixContext(ctx.diagnosis, ctx.parsed, ctx.flags | changes, ctx.model, ctx.gpu,
-                            ctx.planner, ctx.notes)
-    return largest_value(flags_then, "max_model_len", old, MIN_LENGTH, LENGTH_STEP)
+    return largest_value(ctx.with_changes(changes), "max_model_len", old, MIN_LENGTH, LENGTH_STEP)
 
 
 def _failed_allocation(ctx: FixContext) -> tuple[float, float] | None:
@@ -294,6 +316,18 @@ def _less_util(ctx: FixContext, needed: float | None, what: str) -> Option | Non
     return Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util}, True)
 
 
+def _planned_less_util(ctx: FixContext, what: str) -> Option | None:
+    util = _util(ctx)
+    found = None if util is None else largest_utilization(ctx, util)
+    if found is None:
+        return None
+    reason = (
+        f"lower --gpu-memory-utilization from {util:g} to {found:g}: leaves room outside the "
+        f"budget for {what} (the planner's largest that starts)"
+    )
+    return Option({"gpu_memory_utilization": found}, reason, {"gpu_memory_utilization": util})
+
+
 def _shortfall(ctx: FixContext) -> float | None:
     failed = _failed_allocation(ctx)
     # the missing bytes plus one more allocation of the same size, as margin
@@ -301,33 +335,45 @@ def _shortfall(ctx: FixContext) -> float | None:
 
 
 def sampler_options(ctx: FixContext) -> list[Option]:
-    options = [_less_util(ctx, _shortfall(ctx), "the sampler warm-up")]
+    what = "the sampler warm-up"
+    options = [_less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)]
     options += _smaller_batch(ctx, ("max_num_seqs",))
     return [o for o in options if o]
 
 
 def capture_options(ctx: FixContext) -> list[Option]:
     graphs = ctx.figure("cuda_graph_estimate_bytes") or ctx.figure("cuda_graph_bytes")
-    options = [_less_util(ctx, graphs or _shortfall(ctx), "the CUDA graphs"), _eager(ctx)]
+    options = [
+        _less_util(ctx, graphs or _shortfall(ctx), "the CUDA graphs")
+        or _planned_less_util(ctx, "the CUDA graphs"),
+        _eager(ctx),
+    ]
     options += _smaller_batch(ctx, ("max_num_seqs",))
     return [o for o in options if o]
 
 
 def profile_run_options(ctx: FixContext) -> list[Option]:
-    chunked = ctx.resolved("enable_chunked_prefill", ctx.parsed.engine == "V1")
-    if not chunked:
-        reason = "--enable-chunked-prefill: the profile run then covers max_num_batched_tokens, not max_model_len"
-        return [Option({"enable_chunked_prefill": True}, reason, {"enable_chunked_prefill": False}),
-                *_smaller_batch(ctx, ("max_model_len", "max_num_seqs"))]
-    return _smaller_batch(ctx, ("max_num_batched_tokens", "max_num_seqs"))
+    options = _smaller_batch(ctx, _peak_flags(ctx))
+    if not ctx.resolved("enable_chunked_prefill", ctx.parsed.engine == "V1"):
+        reason = (
+            "--enable-chunked-prefill: the profile run then covers max_num_batched_tokens "
+            "tokens instead of a whole max_model_len prompt"
+        )
+        options.append(
+            Option({"enable_chunked_prefill": True}, reason, {"enable_chunked_prefill": False})
+        )
+    return options
 
 
 def allocation_options(ctx: FixContext) -> list[Option]:
-    return [o for o in (_less_util(ctx, _shortfall(ctx), "what else holds memory"),) if o]
+    what = "what else holds memory"
+    option = _less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)
+    return [option] if option else []
 
 
 def runtime_options(ctx: FixContext) -> list[Option]:
-    options = [_less_util(ctx, _shortfall(ctx), "run-time activations")]
+    what = "run-time activations"
+    options = [_less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)]
     options += _smaller_batch(ctx, ("max_num_batched_tokens",))
     return [o for o in options if o]
 
@@ -399,3 +445,8 @@ PRESCRIBERS: dict[str, Callable[[FixContext], list[Option]]] = {
     kinds.PREEMPTION: preemption_options,
     kinds.CUDA_OOM: unlocalised_oom_options,
 }
+
+
+def options_for(ctx: FixContext, kind: str) -> list[Option]:
+    prescriber = PRESCRIBERS.get(kind)
+    return [] if prescriber is None else prescriber(ctx)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from kvwise.core.catalog import closest_models, load_model
 from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, find_gpu
 from kvwise.core.models import ModelSpec
-from kvwise.errors import KvwiseError
+from kvwise.errors import KvwiseError, UnsupportedModelError
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,14 @@ def resolve(
     gpu_names: tuple[str, ...],
     total_bytes: float | None,
     *,
+    free_bytes: float | None = None,
     model_hint: str | None = None,
     gpu_hint: str | None = None,
 ) -> Resolved:
     model, model_note = resolve_model(model_hint or model_name)
     gpu, gpu_note = resolve_gpu(((gpu_hint,) if gpu_hint else ()) + gpu_names, total_bytes)
+    if gpu is not None and free_bytes is not None:
+        gpu = replace(gpu, free_bytes=int(free_bytes))  # another process's share is not free
     return Resolved(model, gpu, tuple(n for n in (model_note, gpu_note) if n))
 
 
@@ -43,6 +46,8 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
     for candidate in dict.fromkeys(candidates):
         try:
             return load_model(candidate), None
+        except UnsupportedModelError as exc:
+            return None, f"model {candidate!r}: {str(exc).split(' (modelled:')[0]}"
         except KvwiseError:
             continue
     close = closest_models(name.rstrip("/").rsplit("/", 1)[-1])

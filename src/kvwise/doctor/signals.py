@@ -34,14 +34,15 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     "cuda_oom_sampler_warmup": (r"CUDA out of memory occurred when warming up sampler",),
     "cuda_oom": (
         r"CUDA out of memory",
-        r"OutOfMemoryError",
+        r"(?<!ray\.exceptions\.)OutOfMemoryError",  # Ray's is about host RAM
         r"CUDA error: out of memory",
         r"cudaErrorMemoryAllocation",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         r"HIP out of memory",
     ),
     # a user saying OOM without pasting the error
-    "oom_mentioned": (r"\bOOM\b", r"(?i)out of memory", r"显存不足|爆显存|显存溢出"),
+    # (not vLLM's own hint "If you are running out of memory, consider decreasing ...")
+    "oom_mentioned": (r"(?<![A-Za-z])OOM(?![A-Za-z])", r"(?i)(?<!running )\bout of memory\b", r"显存不足|爆显存|显存溢出"),
     "host_ram": (
         r"(?m)(?:^|\]|\s)Killed\s*$",
         r"Out of memory: Kill(?:ed)? process",
@@ -65,11 +66,13 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"unable to write to file </torch_",
         r"(?m)^Bus error",
     ),
-    "pinned_memory": (r"pin_memory", r"cudaHostAlloc", r"pinned memory"),
+    # pinned host memory (V0 swap space) failing, as an error message (not a code line)
+    "pinned_memory": (r"(?i)(?:error|failed)[^\n]{0,80}(?:cudaHostAlloc|pinned memory)",),
     "swap_space_warning": (r"Possibly too large swap space",),
     "preemption": (
         r"is preempted by PreemptionMode\.\w+",
         r"Preempt(?:ed|ing) request \S+",
+        r"Aborted due to the lack of CPU swap space",  # V0: preempted by swap, swap space full
         r"vllm:num_preemptions(?:_total)?(?:\{[^}\n]*\})?\s+[1-9]\d*(?:\.\d+)?",
     ),
     "max_model_len_exceeds_model": (

@@ -126,7 +126,8 @@ def _strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
 
 def split_lines(text: str, first_number: int = 1) -> list[LogLine]:
     text = _ANSI.sub("", text)
-    text = _CONTROL.sub("", text.replace("\t", "    "))
+    # markdown bold around numbers in pasted issue text: "# GPU blocks: **20865**"
+    text = _CONTROL.sub("", text.replace("\t", "    ").replace("**", ""))
     lines = []
     for number, raw in enumerate(text.splitlines(), start=first_number):
         # pieces of one physical line whose newlines were lost keep its number
