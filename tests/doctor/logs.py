@@ -31,7 +31,9 @@ def warning(source: str, message: str) -> Line:
 # --- start-up lines, V0 (0.6.x) ---------------------------------------------------------
 
 
-def v0_start(version: str = "0.6.4.post1", max_model_len: int = 32768, util: float = 0.9) -> list[Line]:
+def v0_start(
+    version: str = "0.6.4.post1", max_model_len: int = 32768, util: float = 0.9
+) -> list[Line]:
     return [
         info("api_server.py:585", f"vLLM API server version {version}"),
         info(
@@ -113,7 +115,9 @@ V0_SERVING = [
 # --- start-up lines, V1 (0.8 - 0.19) ------------------------------------------------------
 
 
-def v1_start(version: str = "0.10.1.1", max_model_len: int = 32768, util: float = 0.9) -> list[Line]:
+def v1_start(
+    version: str = "0.10.1.1", max_model_len: int = 32768, util: float = 0.9
+) -> list[Line]:
     return [
         info("api_server.py:1805", f"vLLM API server version {version}"),
         info(
@@ -159,7 +163,9 @@ V1_CAPTURE = [
         "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##########| 67/67",
     ),
 ]
-V1_CAPTURED = [info("gpu_model_runner.py:2708", "Graph capturing finished in 6 secs, took 0.52 GiB")]
+V1_CAPTURED = [
+    info("gpu_model_runner.py:2708", "Graph capturing finished in 6 secs, took 0.52 GiB")
+]
 V1_SERVING = [
     info("core.py:214", "init engine (profile, create kv cache, warmup model) took 25.77 seconds"),
     info("api_server.py:1880", "Starting vLLM API server 0 on http://0.0.0.0:8000"),
@@ -194,24 +200,75 @@ def torch_oom(tried: str = "1.74 GiB", free: str = "605.88 MiB", holders: str = 
 
 def v1_frames(*names: str) -> list[tuple[str, str, str]]:
     table = {
-        "run_engine_core": (f"{V1_PREFIX}/v1/engine/core.py", "engine_core = EngineCoreProc(*args, **kwargs)"),
+        "run_engine_core": (
+            f"{V1_PREFIX}/v1/engine/core.py",
+            "engine_core = EngineCoreProc(*args, **kwargs)",
+        ),
         "__init__": (f"{V1_PREFIX}/v1/engine/core.py", "self._initialize_kv_caches(vllm_config)"),
-        "_initialize_kv_caches": (f"{V1_PREFIX}/v1/engine/core.py", "available_gpu_memory = self.model_executor.determine_available_memory()"),
-        "determine_available_memory": (f"{V1_PREFIX}/v1/worker/gpu_worker.py", "self.model_runner.profile_run()"),
-        "profile_run": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "hidden_states = self._dummy_run(self.max_num_tokens)"),
-        "_dummy_run": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "outputs = self.model(input_ids=input_ids)"),
-        "_dummy_sampler_run": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "sampler_output = self.sampler(logits=logits)"),
-        "compile_or_warm_up_model": (f"{V1_PREFIX}/v1/worker/gpu_worker.py", "self.model_runner.capture_model()"),
-        "capture_model": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "self._capture_cudagraphs(compilation_cases)"),
-        "__call__": (f"{V1_PREFIX}/compilation/cuda_graph.py", "with torch.cuda.graph(cudagraph, pool=self.graph_pool):"),
-        "capture_end": ("/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py", "super().capture_end()"),
-        "load_model": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "self.model = model_loader.load_model("),
-        "initialize_model": (f"{V1_PREFIX}/model_executor/model_loader/utils.py", "return model_class(vllm_config=vllm_config, prefix=prefix)"),
-        "create_weights": (f"{V1_PREFIX}/model_executor/layers/linear.py", "weight = ModelWeightParameter(data=torch.empty("),
-        "initialize_from_config": (f"{V1_PREFIX}/v1/worker/gpu_worker.py", "self.model_runner.initialize_kv_cache(kv_cache_config)"),
-        "initialize_kv_cache": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "kv_caches = self._allocate_kv_cache_tensors(kv_cache_config)"),
-        "_allocate_kv_cache_tensors": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "tensor = torch.zeros(kv_cache_tensor.size, dtype=torch.int8, device=self.device)"),
-        "execute_model": (f"{V1_PREFIX}/v1/worker/gpu_model_runner.py", "model_output = self.model(input_ids=input_ids)"),
+        "_initialize_kv_caches": (
+            f"{V1_PREFIX}/v1/engine/core.py",
+            "available_gpu_memory = self.model_executor.determine_available_memory()",
+        ),
+        "determine_available_memory": (
+            f"{V1_PREFIX}/v1/worker/gpu_worker.py",
+            "self.model_runner.profile_run()",
+        ),
+        "profile_run": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "hidden_states = self._dummy_run(self.max_num_tokens)",
+        ),
+        "_dummy_run": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "outputs = self.model(input_ids=input_ids)",
+        ),
+        "_dummy_sampler_run": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "sampler_output = self.sampler(logits=logits)",
+        ),
+        "compile_or_warm_up_model": (
+            f"{V1_PREFIX}/v1/worker/gpu_worker.py",
+            "self.model_runner.capture_model()",
+        ),
+        "capture_model": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "self._capture_cudagraphs(compilation_cases)",
+        ),
+        "__call__": (
+            f"{V1_PREFIX}/compilation/cuda_graph.py",
+            "with torch.cuda.graph(cudagraph, pool=self.graph_pool):",
+        ),
+        "capture_end": (
+            "/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py",
+            "super().capture_end()",
+        ),
+        "load_model": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "self.model = model_loader.load_model(",
+        ),
+        "initialize_model": (
+            f"{V1_PREFIX}/model_executor/model_loader/utils.py",
+            "return model_class(vllm_config=vllm_config, prefix=prefix)",
+        ),
+        "create_weights": (
+            f"{V1_PREFIX}/model_executor/layers/linear.py",
+            "weight = ModelWeightParameter(data=torch.empty(",
+        ),
+        "initialize_from_config": (
+            f"{V1_PREFIX}/v1/worker/gpu_worker.py",
+            "self.model_runner.initialize_kv_cache(kv_cache_config)",
+        ),
+        "initialize_kv_cache": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "kv_caches = self._allocate_kv_cache_tensors(kv_cache_config)",
+        ),
+        "_allocate_kv_cache_tensors": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "tensor = torch.zeros(kv_cache_tensor.size, dtype=torch.int8, device=self.device)",
+        ),
+        "execute_model": (
+            f"{V1_PREFIX}/v1/worker/gpu_model_runner.py",
+            "model_output = self.model(input_ids=input_ids)",
+        ),
     }
     return [(table[n][0], n, table[n][1]) for n in names]
 
@@ -219,16 +276,43 @@ def v1_frames(*names: str) -> list[tuple[str, str, str]]:
 def v0_frames(*names: str) -> list[tuple[str, str, str]]:
     table = {
         "from_engine_args": (f"{V0_PREFIX}/engine/llm_engine.py", "engine = cls("),
-        "_initialize_kv_caches": (f"{V0_PREFIX}/engine/llm_engine.py", "num_gpu_blocks, num_cpu_blocks = (self.model_executor.determine_num_available_blocks())"),
-        "determine_num_available_blocks": (f"{V0_PREFIX}/worker/worker.py", "self.model_runner.profile_run()"),
-        "profile_run": (f"{V0_PREFIX}/worker/model_runner.py", "self.execute_model(model_input, kv_caches, intermediate_tensors)"),
+        "_initialize_kv_caches": (
+            f"{V0_PREFIX}/engine/llm_engine.py",
+            "num_gpu_blocks, num_cpu_blocks = (self.model_executor.determine_num_available_blocks())",
+        ),
+        "determine_num_available_blocks": (
+            f"{V0_PREFIX}/worker/worker.py",
+            "self.model_runner.profile_run()",
+        ),
+        "profile_run": (
+            f"{V0_PREFIX}/worker/model_runner.py",
+            "self.execute_model(model_input, kv_caches, intermediate_tensors)",
+        ),
         "initialize_cache": (f"{V0_PREFIX}/worker/worker.py", "self._init_cache_engine()"),
-        "_init_cache_engine": (f"{V0_PREFIX}/worker/worker.py", "CacheEngine(self.cache_config, self.model_config,"),
-        "_allocate_kv_cache": (f"{V0_PREFIX}/worker/cache_engine.py", "torch.zeros(kv_cache_shape, dtype=self.dtype, pin_memory=pin_memory, device=device))"),
-        "capture_model": (f"{V0_PREFIX}/worker/model_runner.py", "graph_runner.capture(**capture_inputs)"),
-        "capture": (f"{V0_PREFIX}/worker/model_runner.py", "with torch.cuda.graph(self._graph, pool=memory_pool, stream=stream):"),
-        "load_model": (f"{V0_PREFIX}/worker/model_runner.py", "self.model = get_model(vllm_config=self.vllm_config)"),
-        "load_weights": (f"{V0_PREFIX}/model_executor/models/qwen2.py", "weight_loader(param, loaded_weight)"),
+        "_init_cache_engine": (
+            f"{V0_PREFIX}/worker/worker.py",
+            "CacheEngine(self.cache_config, self.model_config,",
+        ),
+        "_allocate_kv_cache": (
+            f"{V0_PREFIX}/worker/cache_engine.py",
+            "torch.zeros(kv_cache_shape, dtype=self.dtype, pin_memory=pin_memory, device=device))",
+        ),
+        "capture_model": (
+            f"{V0_PREFIX}/worker/model_runner.py",
+            "graph_runner.capture(**capture_inputs)",
+        ),
+        "capture": (
+            f"{V0_PREFIX}/worker/model_runner.py",
+            "with torch.cuda.graph(self._graph, pool=memory_pool, stream=stream):",
+        ),
+        "load_model": (
+            f"{V0_PREFIX}/worker/model_runner.py",
+            "self.model = get_model(vllm_config=self.vllm_config)",
+        ),
+        "load_weights": (
+            f"{V0_PREFIX}/model_executor/models/qwen2.py",
+            "weight_loader(param, loaded_weight)",
+        ),
     }
     return [(table[n][0], n, table[n][1]) for n in names]
 
@@ -243,8 +327,14 @@ def _v0_header(index: int, line: Line) -> str:
 
 def _v1_header(index: int, line: Line) -> str:
     level, source, message = line
-    process = "(APIServer pid=1)" if source.startswith(("api_server", "utils", "launcher")) else "(EngineCore_0 pid=62)"
-    return f"{process} {level} 08-29 02:{index // 60 % 60:02d}:{index % 60:02d} [{source}] {message}"
+    process = (
+        "(APIServer pid=1)"
+        if source.startswith(("api_server", "utils", "launcher"))
+        else "(EngineCore_0 pid=62)"
+    )
+    return (
+        f"{process} {level} 08-29 02:{index // 60 % 60:02d}:{index % 60:02d} [{source}] {message}"
+    )
 
 
 STYLES: dict[str, Callable[[int, Line], str]] = {

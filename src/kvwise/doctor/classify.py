@@ -237,7 +237,8 @@ def _oom_mentioned(parsed: ParsedLog) -> Diagnosis | None:
 
 def _unknown(parsed: ParsedLog) -> Diagnosis:
     errors = [
-        line for line in parsed.log.lines
+        line
+        for line in parsed.log.lines
         if line.level in ("ERROR", "CRITICAL") or explain.looks_like_exception(line.message)
     ]
     return Diagnosis(kinds.UNKNOWN, explain.summarize_unknown(parsed), _lines(*errors[-2:]), None)

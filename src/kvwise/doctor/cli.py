@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example: kvwise doctor vllm.log --nvidia-smi smi.txt   |   docker logs vllm 2>&1 | kvwise doctor -",
     )
     parser.add_argument("log", nargs="?", default="-", help="log file, or - for stdin (default)")
-    parser.add_argument("--nvidia-smi", metavar="FILE", help="nvidia-smi output taken after the failure")
+    parser.add_argument(
+        "--nvidia-smi", metavar="FILE", help="nvidia-smi output taken after the failure"
+    )
     parser.add_argument("--model", help="the model, when the log does not name it (HF id or path)")
     parser.add_argument("--gpu", help="the GPU, when the log does not name it (rtx4090, a100...)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -135,7 +135,9 @@ def flags_from_pairs(pairs: dict[str, object]) -> dict[str, Any]:
 
 def flags_from_tokens(tokens: list[str]) -> tuple[str | None, dict[str, Any]]:
     """(model, flags) from command-line tokens, accepting `--a-b`, `--a_b`, `--flag=value`."""
-    model, pairs, index = None, {}, 0
+    model: str | None = None
+    pairs: dict[str, object] = {}
+    index = 0
     while index < len(tokens):
         token = tokens[index]
         key, has_value, value = token.partition("=")
@@ -187,7 +189,9 @@ def pairs_from_dict_text(text: str) -> dict[str, object]:
 
 
 _SHELL_STOP = re.compile(r"\s(?:\||&&|;|>|2>)\s")
-_FULLWIDTH = str.maketrans({"，": " ", "。": " ", "；": " ", "：": " ", "、": " ", "“": '"', "”": '"'})
+_FULLWIDTH = str.maketrans(
+    {"，": " ", "。": " ", "；": " ", "：": " ", "、": " ", "“": '"', "”": '"'}
+)
 
 
 def command_tokens(text: str) -> list[str]:

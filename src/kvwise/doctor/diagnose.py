@@ -100,15 +100,14 @@ def prescribe(
     )
 
 
-_STARTUP_FAILURES = frozenset(
-    {
-        kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE,
-        kinds.NO_KV_CACHE_MEMORY,
-        kinds.WEIGHTS_EXCEED_MEMORY,
-        kinds.CUDA_OOM_SAMPLER_WARMUP,
-        kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE,
-    }
-)
+# kinds where vLLM failed to start: a planner that predicts a start disagrees with the log
+_STARTUP_FAILURES = frozenset(kinds.ALL_KINDS) - {
+    kinds.PREEMPTION,
+    kinds.CUDA_OOM_RUNTIME,
+    kinds.CUDA_OOM,
+    kinds.HOST_RAM,
+    kinds.UNKNOWN,
+}
 
 
 def _command_flags(parsed: ParsedLog, anchor: int | None) -> dict[str, Any]:
@@ -156,8 +155,11 @@ def fix_json(prescription: Prescription) -> dict[str, Any]:
         "plan": best.plan.to_json() if best and best.plan else None,
         "before": prescription.before.to_json() if prescription.before else None,
         "alternatives": [
-            {"flags": dict(o.changes), "reason": o.reason,
-             "starts": None if o.plan is None else o.plan.starts}
+            {
+                "flags": dict(o.changes),
+                "reason": o.reason,
+                "starts": None if o.plan is None else o.plan.starts,
+            }
             for o in prescription.options[1:]
         ],
         "notes": list(prescription.notes),

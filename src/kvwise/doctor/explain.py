@@ -54,8 +54,14 @@ def _max_model_len(parsed: ParsedLog, at: int | None) -> str:
     )
     kv, tokens = parsed.figure("kv_cache_bytes", at), parsed.figure("kv_cache_tokens", at)
     if kv is not None or tokens is not None:
-        parts = [p for p in (_gib(kv) if kv is not None else None,
-                             f"{_num(tokens)} tokens" if tokens is not None else None) if p]
+        parts = [
+            p
+            for p in (
+                _gib(kv) if kv is not None else None,
+                f"{_num(tokens)} tokens" if tokens is not None else None,
+            )
+            if p
+        ]
         text += f" ({', '.join(parts)})"
     needed = parsed.figure("kv_needed_bytes", at)
     if needed is not None:
@@ -71,12 +77,14 @@ def _no_kv(parsed: ParsedLog, at: int | None) -> str:
     util = parsed.flags(at).get("gpu_memory_utilization")
     parts = [
         f"weights {_gib(parsed.figure('weights_bytes', at))}"
-        if parsed.figure("weights_bytes", at) is not None else "the weights",
+        if parsed.figure("weights_bytes", at) is not None
+        else "the weights",
         f"activation peak {_gib(parsed.figure('activation_peak_bytes', at))}"
         if parsed.figure("activation_peak_bytes", at) is not None
         else "the profile run's activation peak",
         f"non-torch memory {_gib(parsed.figure('non_torch_bytes', at))}"
-        if parsed.figure("non_torch_bytes", at) is not None else "non-torch memory",
+        if parsed.figure("non_torch_bytes", at) is not None
+        else "non-torch memory",
     ]
     where = "the gpu_memory_utilization budget"
     if util is not None:
@@ -182,15 +190,18 @@ def full_kv_stats(parsed: ParsedLog) -> LogLine | None:
     """The first stats line with the KV cache (nearly) full while requests wait."""
     for line in parsed.log.lines:
         match = _STATS.search(line.message)
-        if match and match["usage"] and float(match["usage"]) >= 99.0:
-            if int(match["waiting"]) > 0 or int(match["swapped"] or 0) > 0:
-                return line
+        if not match or not match["usage"] or float(match["usage"]) < 99.0:
+            continue
+        if int(match["waiting"]) > 0 or int(match["swapped"] or 0) > 0:
+            return line
     return None
 
 
 def summarize_preemption(parsed: ParsedLog) -> str:
     hits = parsed.signals.get("preemption", ())
-    counts = [int(n) for h in hits for n in re.findall(r"cumulative_preemption=(\d+)", h.line.message)]
+    counts = [
+        int(n) for h in hits for n in re.findall(r"cumulative_preemption=(\d+)", h.line.message)
+    ]
     count = max(counts) if counts else len(hits) + parsed.log.middle_count("preempted_v0")
     text = "vLLM started but ran out of KV cache while serving"
     if count:

@@ -67,7 +67,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "cuda_graph_estimate_bytes": (r"Estimated CUDA graph memory:\s*" + _SIZE,),
     "total_non_kv_bytes": (r"Total non KV cache memory:\s*" + _SIZE,),
-    "kv_needed_bytes": (_SIZE + r"\s+KV cache is needed",),
+    # "... max seq len (N), (X GiB KV cache is needed": anchored on its literal start for speed
+    "kv_needed_bytes": (r"max seq len \(\d+\),?\s*\(?" + _SIZE + r"\s+KV cache is needed",),
     "gpu_memory_utilization": (
         r"gpu_memory_utilization\s*(?:=|\()\s*" + _NUM,
         r"gpu_memory_utilization\s+" + _NUM + r"(?![\d.]*\s*GiB)",
@@ -75,8 +76,8 @@ PATTERNS: dict[str, tuple[str, ...]] = {
         r"Desired GPU memory utilization is \(" + _NUM,
     ),
     "num_gpu_blocks": (
-        r"#?\s*GPU blocks:\s*" + _INT,
-        r"# cuda blocks:\s*" + _INT,
+        r"GPU blocks:\s*" + _INT,
+        r"cuda blocks:\s*" + _INT,
         r"num_gpu_blocks is:\s*" + _INT,
         r"with num_gpu_blocks_override=" + _INT,
     ),
@@ -100,10 +101,14 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     "max_num_batched_tokens": (r"Chunked prefill is enabled with max_num_batched_tokens=" + _INT,),
     "block_size": (r"(?:Setting|Forcing) kv cache block size to\s+" + _INT,),
 }
-_COMPILED = {
-    name: tuple(re.compile(p, re.IGNORECASE if name == "num_gpu_blocks" else 0) for p in pats)
-    for name, pats in PATTERNS.items()
-}
+
+
+def flexible(pattern: str) -> str:
+    """Let each space also match a line break: pasted errors are often wrapped."""
+    return pattern if "(?<" in pattern else pattern.replace(" ", r"\s+")
+
+
+_COMPILED = {name: tuple(re.compile(flexible(p)) for p in pats) for name, pats in PATTERNS.items()}
 
 
 def _value(match: re.Match[str], name: str) -> float:

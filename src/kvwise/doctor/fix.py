@@ -105,7 +105,9 @@ class FixContext:
                 num_gpus=_num_gpus(values),
             )
         except (KvwiseError, ValueError, ArithmeticError) as exc:
-            self.notes.append(f"the planner could not evaluate {changes or 'the logged flags'}: {exc}")
+            self.notes.append(
+                f"the planner could not evaluate {changes or 'the logged flags'}: {exc}"
+            )
             return None
 
     @property
@@ -137,7 +139,9 @@ _FLAG_NAMES = frozenset(VllmFlags.__dataclass_fields__)
 
 
 def _num_gpus(flags: dict[str, Any]) -> int:
-    return int(flags.get("tensor_parallel_size") or 1) * int(flags.get("pipeline_parallel_size") or 1)
+    return int(flags.get("tensor_parallel_size") or 1) * int(
+        flags.get("pipeline_parallel_size") or 1
+    )
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,9 @@ def _completed(ctx: FixContext, first: Option, kind: str, complete: Completion) 
     return None
 
 
-def _rescaled(ctx: FixContext, changes: dict[str, Any], first: Option, alone: Plan | None) -> dict[str, Any]:
+def _rescaled(
+    ctx: FixContext, changes: dict[str, Any], first: Option, alone: Plan | None
+) -> dict[str, Any]:
     """A max_model_len read from vLLM's KV capacity, shrunk as the second change shrinks it.
 
     vLLM's logged capacity is the truth at the logged settings; the planner supplies only the

@@ -61,9 +61,7 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
     lines = [line.strip() for line in text.splitlines()]
     gpus = _table_gpus(lines) or _csv_gpus(lines)
     processes = tuple(
-        SmiProcess(
-            int(m["gpu"]), int(m["pid"]), m["type"], m["name"].strip(), int(m["used"]) * MIB
-        )
+        SmiProcess(int(m["gpu"]), int(m["pid"]), m["type"], m["name"].strip(), int(m["used"]) * MIB)
         for m in (_PROCESS_ROW.match(line) for line in lines)
         if m is not None
     )
@@ -71,7 +69,7 @@ def parse_nvidia_smi(text: str) -> NvidiaSmi:
 
 
 def _table_gpus(lines: list[str]) -> list[SmiGpu]:
-    gpus = []
+    gpus: list[SmiGpu] = []
     for position, line in enumerate(lines):
         row = _GPU_ROW.match(line)
         if row is None:
@@ -97,12 +95,12 @@ def _csv_gpus(lines: list[str]) -> list[SmiGpu]:
     if header_at is None:
         return []
     columns = [c.strip().split(" ")[0] for c in lines[header_at].split(",")]
-    gpus = []
+    gpus: list[SmiGpu] = []
     for line in lines[header_at + 1 :]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(columns):
             break
-        row = dict(zip(columns, cells))
+        row = dict(zip(columns, cells, strict=False))
         used, total = _mib(row.get("memory.used")), _mib(row.get("memory.total"))
         if total is None:
             break

@@ -19,8 +19,8 @@ from kvwise.doctor.fix import MAX_SAFE_UTILIZATION, FixContext, Option
 
 LENGTH_STEP = 256  # lengths are rounded down to whole blocks (block sizes divide 256)
 MIN_LENGTH = 256
-HEADROOM_UTILIZATION = 0.05
-DEFAULT_UTILIZATION = 0.9  # vLLM's default until 0.3x (0.92 since); the planner knows per version  # share of the GPU left for the KV cache above the non-KV memory
+HEADROOM_UTILIZATION = 0.05  # share of the GPU left for the KV cache above the non-KV memory
+DEFAULT_UTILIZATION = 0.9  # vLLM's long-standing default (0.92 lately; the planner knows)
 
 
 def _floor2(value: float) -> float:
@@ -155,8 +155,16 @@ def _more_util_for_kv(ctx: FixContext) -> Option | None:
             f"raise --gpu-memory-utilization from {util:g} to {new:g}: +{_gib((new - util) * total)}"
             f" for the KV cache, which needs {_gib(kv[0])} for one full-length request"
         )
-        return _if_safe(ctx, new, Option({"gpu_memory_utilization": new}, reason,
-                                          {"gpu_memory_utilization": util}, from_log=True))
+        return _if_safe(
+            ctx,
+            new,
+            Option(
+                {"gpu_memory_utilization": new},
+                reason,
+                {"gpu_memory_utilization": util},
+                from_log=True,
+            ),
+        )
     found = smallest_utilization(ctx, util)
     if found is None:
         return None
@@ -190,7 +198,9 @@ def no_kv_memory_options(ctx: FixContext) -> list[Option]:
     if util is not None:
         found = smallest_utilization(ctx, util)
         if found is not None:
-            reason = f"raise --gpu-memory-utilization from {util:g} to {found:g}: the planner's smallest"
+            reason = (
+                f"raise --gpu-memory-utilization from {util:g} to {found:g}: the planner's smallest"
+            )
             options.append(
                 Option({"gpu_memory_utilization": found}, reason, {"gpu_memory_utilization": util})
             )
@@ -216,8 +226,9 @@ def _back_to_default_util(ctx: FixContext) -> Option | None:
         f"{DEFAULT_UTILIZATION:g}: it caps the whole instance (weights, activations, graphs and "
         "KV cache), so a low value leaves nothing for the KV cache"
     )
-    return Option({"gpu_memory_utilization": DEFAULT_UTILIZATION}, reason,
-                  {"gpu_memory_utilization": util})
+    return Option(
+        {"gpu_memory_utilization": DEFAULT_UTILIZATION}, reason, {"gpu_memory_utilization": util}
+    )
 
 
 def _util_above_non_kv(ctx: FixContext) -> Option | None:
@@ -233,8 +244,13 @@ def _util_above_non_kv(ctx: FixContext) -> Option | None:
         f"{_gib(non_kv)} ({non_kv / total:.2f} of the GPU); this leaves about "
         f"{_gib(new * total - non_kv)} for the KV cache"
     )
-    return _if_safe(ctx, new, Option({"gpu_memory_utilization": new}, reason,
-                                     {"gpu_memory_utilization": util}, from_log=True))
+    return _if_safe(
+        ctx,
+        new,
+        Option(
+            {"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util}, from_log=True
+        ),
+    )
 
 
 def _smaller_batch(ctx: FixContext, names: tuple[str, ...]) -> list[Option]:
@@ -282,7 +298,14 @@ def free_memory_options(ctx: FixContext) -> list[Option]:
         if length is not None:
             changes = option.changes | {"max_model_len": length}
             reason += f", with --max-model-len {length:,} to fit the smaller KV cache"
-            return [Option(changes, reason, option.previous | {"max_model_len": ctx.flags.get("max_model_len")}, True)]
+            return [
+                Option(
+                    changes,
+                    reason,
+                    option.previous | {"max_model_len": ctx.flags.get("max_model_len")},
+                    True,
+                )
+            ]
     return [option]
 
 
@@ -381,7 +404,9 @@ def runtime_options(ctx: FixContext) -> list[Option]:
 def weights_options(ctx: FixContext) -> list[Option]:
     options = []
     tp = int(ctx.flags.get("tensor_parallel_size") or 1)
-    reason = f"--tensor-parallel-size {tp * 2}: each GPU holds half the weights (needs {tp * 2} GPUs)"
+    reason = (
+        f"--tensor-parallel-size {tp * 2}: each GPU holds half the weights (needs {tp * 2} GPUs)"
+    )
     options.append(Option({"tensor_parallel_size": tp * 2}, reason, {"tensor_parallel_size": tp}))
     before = ctx.plan()
     if before is not None and before.memory.weights_bytes > before.memory.budget_bytes:
@@ -405,20 +430,32 @@ def host_ram_options(ctx: FixContext) -> list[Option]:
 
 
 def preemption_options(ctx: FixContext) -> list[Option]:
-    options = []
-    util = _util(ctx)
-    if util is not None and util < MAX_SAFE_UTILIZATION:
-        reason = f"raise --gpu-memory-utilization from {util:g} to {MAX_SAFE_UTILIZATION:g}: a larger KV pool"
-        options.append(Option({"gpu_memory_utilization": MAX_SAFE_UTILIZATION}, reason,
-                              {"gpu_memory_utilization": util}))
-    options.append(_fp8_kv(ctx))
+    options = [_larger_pool(ctx), _fp8_kv(ctx)]
     running = explain.running_at_full_kv(ctx.parsed)
     if running is not None and running > 1:
-        reason = (f"--max-num-seqs {running - 1}: {running} running requests filled the KV cache; "
-                  "fewer at once queue instead of being preempted")
-        options.append(Option({"max_num_seqs": running - 1}, reason,
-                              {"max_num_seqs": ctx.resolved("max_num_seqs")}))
+        reason = (
+            f"--max-num-seqs {running - 1}: {running} running requests filled the KV cache; "
+            "fewer at once queue instead of being preempted"
+        )
+        previous = {"max_num_seqs": ctx.resolved("max_num_seqs")}
+        options.append(Option({"max_num_seqs": running - 1}, reason, previous))
     return [o for o in options if o]
+
+
+def _larger_pool(ctx: FixContext) -> Option | None:
+    """The highest gpu_memory_utilization that still starts (the planner's), for more KV."""
+    util = _util(ctx)
+    if util is None or util >= MAX_SAFE_UTILIZATION:
+        return None
+    new = round(min(MAX_SAFE_UTILIZATION, util + 0.05), 2)  # without a planner: a modest step
+    if ctx.can_plan:
+        steps = round((MAX_SAFE_UTILIZATION - util) * 100)
+        candidates = [round(MAX_SAFE_UTILIZATION - step / 100, 2) for step in range(steps)]
+        new = next((u for u in candidates if ctx.starts({"gpu_memory_utilization": u})), util)
+        if new <= util:
+            return None
+    reason = f"raise --gpu-memory-utilization from {util:g} to {new:g}: a larger KV pool"
+    return Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util})
 
 
 def unlocalised_oom_options(ctx: FixContext) -> list[Option]:
@@ -426,7 +463,9 @@ def unlocalised_oom_options(ctx: FixContext) -> list[Option]:
     if util is None:
         return []
     new = round(util - 0.05, 2)
-    reason = f"lower --gpu-memory-utilization from {util:g} to {new:g}: more headroom outside the budget"
+    reason = (
+        f"lower --gpu-memory-utilization from {util:g} to {new:g}: more headroom outside the budget"
+    )
     return [Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util})]
 
 

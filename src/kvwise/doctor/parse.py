@@ -29,12 +29,10 @@ _VERSION_PATTERNS = (
 _ENGINE_LINE = re.compile(r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine")
 _V1_SOURCES = ("gpu_worker.py", "gpu_model_runner.py", "kv_cache_utils.py", "core.py")
 _V0_SOURCES = ("worker.py", "model_runner.py", "llm_engine.py", "gpu_executor.py")
+# GPU names as logs and users write them (the catalog resolves the spelling)
 _GPU_NAME = re.compile(
-    r"(?:NVIDIA\s+)?(?:GeForce\s+|Tesla\s+)?"
-    r"(?:RTX\s*\d{4}(?:\s*Ti)?|A100[-\s]?(?:SXM4|PCIE)?[-\s]?(?:\d+GB)?|H100[-\s]?(?:SXM|PCIe|NVL)?"
-    r"(?:[-\s]?\d+GB)?(?:\s+HBM3)?|H200|L40S|L4\b|A10G|A10\b|T4\b|V100[-\s]?(?:SXM2|PCIE)?"
-    r"[-\s]?(?:\d+GB)?|B200)",
-    re.IGNORECASE,
+    r"\b(?:[Rr][Tt][Xx][ -]?\d{4}(?: ?Ti)?|A100|H100|H200|L40S|L4|A10G|A10|T4|V100|B200)\b"
+    r"(?:[- ]?(?:SXM\d?|PCIe|PCIE|NVL|\d+GB|HBM3))*"
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvwise.doctor.figures import flexible
 from kvwise.doctor.text import LogLine, LogText
 
 SIGNALS: dict[str, tuple[str, ...]] = {
@@ -42,13 +43,17 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     ),
     # a user saying OOM without pasting the error
     # (not vLLM's own hint "If you are running out of memory, consider decreasing ...")
-    "oom_mentioned": (r"(?<![A-Za-z])OOM(?![A-Za-z])", r"(?i)(?<!running )\bout of memory\b", r"显存不足|爆显存|显存溢出"),
+    "oom_mentioned": (
+        r"OOM(?<![A-Za-z]OOM)(?![A-Za-z])",
+        r"[Oo]ut of memory(?<!running out of memory)",
+        r"显存不足|爆显存|显存溢出",
+    ),
     "host_ram": (
-        r"(?m)(?:^|\]|\s)Killed\s*$",
+        r"(?m)Killed(?<![\w-]Killed)[ \t]*$",
         r"Out of memory: Kill(?:ed)? process",
         r"oom-kill|oom_kill_process|invoked oom-killer",
-        r"\bOOMKilled\b",
-        r"(?i)exit(?:ed)?(?: with)?(?: exit)? (?:code|status)\W{0,3}137\b",
+        r"OOMKilled\b",
+        r"[Ee]xit(?:ed)?(?: with)?(?: exit)? (?:[Cc]ode|status)\W{0,3}137\b",
         r"returned non-zero exit status 137",
         r"killed by (?:the )?(?:SIGKILL|signal 9)",
         r"Failed core proc\(s\): \{[^}]*-9\s*\}",
@@ -59,7 +64,7 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",
         r"Cannot allocate memory",
         r"std::bad_alloc",
-        r"(?<![\w.])MemoryError\b",
+        r"MemoryError\b(?<![\w.]MemoryError)",
     ),
     "shared_memory": (
         r"No space left on device[^\n]{0,80}(?:shm|/dev/shm|torch_)",
@@ -67,7 +72,10 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"(?m)^Bus error",
     ),
     # pinned host memory (V0 swap space) failing, as an error message (not a code line)
-    "pinned_memory": (r"(?i)(?:error|failed)[^\n]{0,80}(?:cudaHostAlloc|pinned memory)",),
+    "pinned_memory": (
+        r"(?:[Ee]rror|failed)[^\n]{0,80}(?:cudaHostAlloc|pinned memory)",
+        r"(?:cudaHostAlloc|pinned memory)[^\n]{0,80}(?:[Ee]rror|failed)",
+    ),
     "swap_space_warning": (r"Possibly too large swap space",),
     "preemption": (
         r"is preempted by PreemptionMode\.\w+",
@@ -80,7 +88,7 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     ),
     "dtype_unsupported": (r"Bfloat16 is only supported on GPUs with compute capability",),
 }
-_COMPILED = {name: tuple(re.compile(p) for p in pats) for name, pats in SIGNALS.items()}
+_COMPILED = {name: tuple(re.compile(flexible(p)) for p in pats) for name, pats in SIGNALS.items()}
 
 # traceback frames -> the start-up stage they belong to, most specific first
 STAGE_FRAMES: dict[str, tuple[str, ...]] = {
@@ -131,7 +139,11 @@ PHASES: dict[str, tuple[str, ...]] = {
         r"Loading (?:safetensors|pt) checkpoint shards",
         r"Loading weights",
     ),
-    "weights_loaded": (r"Loading model weights took", r"Model loading took", r"Loading weights took"),
+    "weights_loaded": (
+        r"Loading model weights took",
+        r"Model loading took",
+        r"Loading weights took",
+    ),
     "profiling": (
         r"Memory profiling takes",
         r"Starting profile run",
@@ -139,7 +151,7 @@ PHASES: dict[str, tuple[str, ...]] = {
         r"Memory profiling results",
     ),
     "kv_cache_sized": (
-        r"#?\s*GPU blocks:",
+        r"GPU blocks:",
         r"Available KV cache memory",
         r"GPU KV cache size",
         r"the rest of the memory reserved for KV Cache",

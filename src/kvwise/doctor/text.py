@@ -17,8 +17,9 @@ import bisect
 import re
 from dataclasses import dataclass
 
-HEAD_BYTES = 4 * 2**20  # start-up: engine config, profiling, KV sizing, graph capture
-TAIL_BYTES = 4 * 2**20  # the final error and its traceback
+HEAD_BYTES = 2 * 2**20  # start-up: engine config, profiling, KV sizing, graph capture
+NOISE_ABOVE_BYTES = 2**20  # logs larger than this drop repetitive per-request lines
+TAIL_BYTES = 2 * 2**20  # the final error and its traceback
 MAX_LINE_CHARS = 20_000  # longer lines are cut: nothing vLLM prints is that long
 
 # Markers counted in the unread middle of a huge log (bytes, as they appear in the file)
@@ -56,6 +57,9 @@ _PREFIXES = (
     re.compile(r"^>\s?"),
 )
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# what makes a log huge: access lines, per-request lines, periodic stats (checked as substrings)
+_NOISE = ('HTTP/1.1"', "Added request ", "Received request ", "Finished request ", "throughput: ")
+_KEEP = ("usage: 99.", "usage: 100")  # stats lines with the KV cache full are evidence
 
 
 @dataclass(frozen=True)
@@ -100,9 +104,11 @@ def decode(data: bytes) -> tuple[str, bool]:
     """Text from bytes of any encoding a log arrives in; the flag says it looked binary."""
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # PowerShell's `>` writes UTF-16
         return data.decode("utf-16", errors="replace"), False
-    sample = data[:65536]
-    is_binary = sample.count(b"\x00") > len(sample) // 100
-    return data.decode("utf-8", errors="replace"), is_binary
+    text = data.decode("utf-8", errors="replace")
+    sample = text[:65536]
+    # undecodable bytes and control characters (not tab, newlines, form feed or ANSI escape)
+    odd = sample.count("\ufffd") + len(_CONTROL.findall(sample.replace("\x1b", "")))
+    return text, odd > len(sample) // 20
 
 
 def _strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
@@ -124,18 +130,30 @@ def _strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
     return level, source, _REPEATED.sub("", rest).rstrip()
 
 
-def split_lines(text: str, first_number: int = 1) -> list[LogLine]:
+def split_lines(text: str, first_number: int = 1, drop_noise: bool = False) -> list[LogLine]:
     text = _ANSI.sub("", text)
     # markdown bold around numbers in pasted issue text: "# GPU blocks: **20865**"
     text = _CONTROL.sub("", text.replace("\t", "    ").replace("**", ""))
-    lines = []
+    lines: list[LogLine] = []
+    last_noise: str | None = None
     for number, raw in enumerate(text.splitlines(), start=first_number):
+        noise = drop_noise and _noise_kind(raw)
+        if noise and noise == last_noise:
+            continue  # a run of the same repetitive line: its first one stands for it
+        last_noise = noise or None
         # pieces of one physical line whose newlines were lost keep its number
         for piece in _COLLAPSED.split(raw[:MAX_LINE_CHARS]):
             level, source, message = _strip_prefixes(piece.strip())
             if message or level:
                 lines.append(LogLine(number, level, source, message.strip()))
     return lines
+
+
+def _noise_kind(raw: str) -> str:
+    for marker in _NOISE:
+        if marker in raw and not any(keep in raw for keep in _KEEP):
+            return marker
+    return ""
 
 
 def build(
@@ -155,9 +173,10 @@ def build(
 
 def read_log(data: bytes) -> LogText:
     """Clean lines from raw bytes; a huge file contributes its head and tail."""
+    drop_noise = len(data) > NOISE_ABOVE_BYTES
     if len(data) <= HEAD_BYTES + TAIL_BYTES:
         text, is_binary = decode(data)
-        return build(split_lines(text), is_binary=is_binary)
+        return build(split_lines(text, drop_noise=drop_noise), is_binary=is_binary)
     head, is_binary = decode(data[:HEAD_BYTES])
     tail, _ = decode(data[-TAIL_BYTES:])
     middle = data[HEAD_BYTES:-TAIL_BYTES]
@@ -165,5 +184,5 @@ def read_log(data: bytes) -> LogText:
     # the tail starts mid-line: drop its first partial line, number the rest as in the file
     tail = tail.split("\n", 1)[1] if "\n" in tail else ""
     first_tail_number = data[: len(data) - TAIL_BYTES].count(b"\n") + 2
-    lines = split_lines(head) + split_lines(tail, first_tail_number)
+    lines = split_lines(head, drop_noise=True) + split_lines(tail, first_tail_number, True)
     return build(lines, is_binary=is_binary, is_truncated=True, middle_counts=counts)
