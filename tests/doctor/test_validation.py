@@ -1,11 +1,11 @@
 """`kvwise doctor` on the real start-up logs in tests/data/validation (copied from shared/).
 
 Each failure record is fed as a user would paste it: its `excerpt` and its `error_text`.
-The root cause must match the record's `failure_kind`, read through `ACCEPTED` below: the
-dataset says `cuda_oom` where the stage was not identified by the collector, and the doctor
-names the stage when the log shows it (a traceback frame or the last progress line), so a
-`cuda_oom` record is right when the doctor names any out-of-memory kind it can justify
-(evidence is checked to hold the OOM line). Bar (issue 5): at least 85 % right, none crash.
+The root cause must match the record's `failure_kind`, read through `kinds.DATASET_KINDS`
+(the mapping is documented there): the dataset says `cuda_oom` where its collector did not
+identify the stage, and the doctor names the stage when the log shows it, so a `cuda_oom`
+record is right for any out-of-memory kind whose evidence holds the OOM line (checked below).
+Bar (issue 5): at least 85 % right, none crash.
 
 The records also carry the figures the collector transcribed (weights, KV GiB, blocks, tokens,
 concurrency...): wherever such a number appears in the excerpt, the parser must read it.
@@ -24,30 +24,6 @@ from tests.doctor.records import load, pasted
 
 ACCURACY_BAR = 0.85
 
-OOM_KINDS = frozenset(
-    {
-        kinds.CUDA_OOM,
-        kinds.CUDA_OOM_PROFILE_RUN,
-        kinds.CUDA_OOM_KV_CACHE_ALLOCATION,
-        kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE,
-        kinds.CUDA_OOM_SAMPLER_WARMUP,
-        kinds.CUDA_OOM_RUNTIME,
-        kinds.WEIGHTS_EXCEED_MEMORY,
-        kinds.ANOTHER_PROCESS,
-    }
-)
-# the dataset's failure_kind -> the doctor kinds that are right for it
-ACCEPTED: dict[str, frozenset[str]] = {
-    "max_model_len_exceeds_kv_cache": frozenset({kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE}),
-    "no_kv_cache_memory": frozenset({kinds.NO_KV_CACHE_MEMORY}),
-    "insufficient_free_memory_at_startup": frozenset({kinds.INSUFFICIENT_FREE_MEMORY}),
-    "cuda_oom_sampler_warmup": frozenset({kinds.CUDA_OOM_SAMPLER_WARMUP}),
-    "cuda_oom_cuda_graph_capture": frozenset({kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE}),
-    "weights_exceed_memory": frozenset({kinds.WEIGHTS_EXCEED_MEMORY}),
-    "host_ram": frozenset({kinds.HOST_RAM}),
-    "cuda_oom": OOM_KINDS,
-    "oom_reported_no_error_text": OOM_KINDS,  # the text says OOM; the stage cannot be shown
-}
 # record field -> parsed figure (sizes in GiB in the record, bytes in the parser)
 FIGURE_FIELDS = {
     "weights_gib": "weights_bytes",
@@ -68,7 +44,9 @@ def test_failure_cases_are_named_right(fidelity_report: list[str]) -> None:
     right, misses = 0, []
     for record in failures:
         report = diagnose(pasted(record))  # must not raise
-        accepted = ACCEPTED.get(record["failure_kind"], frozenset({record["failure_kind"]}))
+        accepted = kinds.DATASET_KINDS.get(
+            record["failure_kind"], frozenset({record["failure_kind"]})
+        )
         if report.diagnosis.kind in accepted and report.diagnosis.evidence:
             right += 1
         else:

@@ -243,6 +243,17 @@ def looks_like_exception(message: str) -> bool:
 
 
 def summarize_unknown(parsed: ParsedLog) -> str:
+    other = _other_known_error(parsed)
+    started = parsed.phases.get("serving") or parsed.phases.get("captured")
+    kv, tokens = parsed.figure("kv_cache_bytes"), parsed.figure("kv_cache_tokens")
+    if started and not other:
+        sized = f" with a {_gib(kv)} KV cache" if kv is not None else ""
+        sized += f" ({_num(tokens)} tokens)" if tokens is not None else ""
+        return f"No failure found: vLLM started{sized} and shows no memory error."
+    return f"No memory failure recognised{other}. Found: {_found(parsed)}."
+
+
+def _found(parsed: ParsedLog) -> str:
     found = []
     if parsed.version:
         found.append(f"vLLM {parsed.version}")
@@ -256,9 +267,7 @@ def summarize_unknown(parsed: ParsedLog) -> str:
     figures = [name.removesuffix("_bytes") for name in parsed.figures]
     if figures:
         found.append("figures: " + ", ".join(sorted(figures)[:6]))
-    what = "; ".join(found) if found else "nothing vLLM-specific"
-    other = _other_known_error(parsed)
-    return f"No memory failure recognised{other}. Found: {what}."
+    return "; ".join(found) if found else "nothing vLLM-specific"
 
 
 def _other_known_error(parsed: ParsedLog) -> str:
@@ -319,7 +328,9 @@ ADVICE = {
         "fewer requests at once (--max-num-seqs, or kvwise serve's KV-token admission)"
     ),
     kinds.CUDA_OOM: (
-        "paste the full traceback so the stage can be placed; meanwhile lower "
-        "--gpu-memory-utilization a little"
+        "the log does not show where memory ran out: run `kvwise doctor` on the whole log from "
+        "start-up (vLLM's memory lines and the traceback), and `kvwise plan` with the same flags "
+        "to see where the memory goes; lowering --gpu-memory-utilization blindly shrinks the KV "
+        "cache and helps only if something outside vLLM's budget ran out"
     ),
 }

@@ -26,6 +26,7 @@ _VERSION_PATTERNS = (
     r"vllm-openai:v(?P<v>\d+\.\d+[\w.+-]*)",
     r"\bvllm\s+(?:version\s+)?v(?P<v>\d+\.\d+\.\d+[\w.+-]*)",
 )
+_LLM_CALL = re.compile(r"\bLLM\(\s*model\s*=")
 _ENGINE_LINE = re.compile(r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine")
 _V1_SOURCES = ("gpu_worker.py", "gpu_model_runner.py", "kv_cache_utils.py", "core.py")
 _V0_SOURCES = ("worker.py", "model_runner.py", "llm_engine.py", "gpu_executor.py")
@@ -187,14 +188,14 @@ def _config_from_line(log: LogText, index: int, message: str) -> ConfigFinding |
         pairs = config_lines.pairs_from_keywords(message.split("Namespace(", 1)[1])
         model = pairs.get("model") or pairs.get("model_tag")
         return ConfigFinding("namespace", number, _text(model), _flags(pairs))
-    if re.search(r"\bLLM\(\s*model\s*=", message):
+    if "LLM(" in message and _LLM_CALL.search(message):
         pairs = config_lines.pairs_from_keywords(message.split("LLM(", 1)[1])
         return ConfigFinding("llm_call", number, _text(pairs.get("model")), _flags(pairs))
     return _command_from_line(log, index, message)
 
 
 def _command_from_line(log: LogText, index: int, message: str) -> ConfigFinding | None:
-    if message.startswith("File ") or not re.search(r"vllm|api_server", message):
+    if message.startswith("File ") or ("vllm" not in message and "api_server" not in message):
         return None
     text = message
     # a command continued over lines with trailing backslashes

@@ -44,8 +44,14 @@ def _parsed_table(parsed: dict[str, Any]) -> Table:
     for key, value in parsed["flags"].items():
         table.add_row(f"--{key.replace('_', '-')}", escape(str(value)))
     for key, value in parsed["figures"].items():
-        table.add_row(key, f"{value:,}" if isinstance(value, (int, float)) else escape(str(value)))
+        table.add_row(key, _number(value))
     return table
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 100:
+        return f"{int(value):,}"  # block and token counts
+    return f"{value:,}" if isinstance(value, (int, float)) else escape(str(value))
 
 
 def _fix_parts(report: Report) -> list[Any]:

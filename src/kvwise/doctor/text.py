@@ -41,21 +41,23 @@ _COLLAPSED = re.compile(
     rf"(?<=\S)[ \t]+(?=(?:\([^()\n]{{0,60}}pid=\d+[^()\n]{{0,40}}\)\s+)?{_LEVEL_WORD}"
     r" \d\d-\d\d \d\d:\d\d:\d\d)"
 )
-_PREFIXES = (
-    # ISO timestamps from Kubernetes, CI systems, loggers: `2025-01-28T22:58:08.123Z`, `[2025-...]`
-    re.compile(
-        r"^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?:\s+|$)"
-    ),
-    # journald / syslog: `Jan 28 22:58:08 host vllm[1234]: `
-    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w./-]+(?:\[\d+\])?:\s*"),
-    # docker compose: `vllm-1  | `
-    re.compile(r"^[\w.-]{1,60}\s+\|\s?"),
-    # Ray / vLLM process tags: `(VllmWorker rank=3 pid=1090)`, `(RayWorkerWrapper pid=1, ip=...)`
-    re.compile(r"^\((?:[^()\n]{0,60}\bpid=\d+[^()\n]{0,60}|raylet[^()\n]{0,60})\)\s*"),
-    re.compile(r"^\[rank\d+\]:\s*"),
-    # quoted paste in an issue (`> ...`)
-    re.compile(r"^>\s?"),
+_PREFIX = re.compile(
+    "|".join(
+        (
+            # ISO timestamps (Kubernetes, CI, loggers): `2025-01-28T22:58:08.123Z`, `[2025-...]`
+            r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?:\s+|$)",
+            # journald / syslog: `Jan 28 22:58:08 host vllm[1234]: `
+            r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w./-]+(?:\[\d+\])?:\s*",
+            # docker compose: `vllm-1  | `
+            r"[\w.-]{1,60}\s+\|\s?",
+            # Ray / vLLM process tags: `(VllmWorker rank=3 pid=1090)`, `(RayWorkerWrapper pid=1, ...)`
+            r"\((?:[^()\n]{0,60}\bpid=\d+[^()\n]{0,60}|raylet[^()\n]{0,60})\)\s*",
+            r"\[rank\d+\]:\s*",
+            r">\s?",  # quoted paste in an issue
+        )
+    )
 )
+COLLAPSED_ABOVE_CHARS = 160  # shorter lines hold one log line: no lost newlines to look for
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 # what makes a log huge: access lines, per-request lines, periodic stats (checked as substrings)
 _NOISE = ('HTTP/1.1"', "Added request ", "Received request ", "Finished request ", "throughput: ")
@@ -113,13 +115,10 @@ def decode(data: bytes) -> tuple[str, bool]:
 
 def _strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
     for _ in range(8):
-        for prefix in _PREFIXES:
-            match = prefix.match(line)
-            if match and match.end() > 0:
-                line = line[match.end() :]
-                break
-        else:
+        match = _PREFIX.match(line)
+        if match is None or match.end() == 0:
             break
+        line = line[match.end() :]
     header = _VLLM_HEADER.match(line)
     if header is None:
         return None, None, _REPEATED.sub("", line).rstrip()
@@ -142,7 +141,8 @@ def split_lines(text: str, first_number: int = 1, drop_noise: bool = False) -> l
             continue  # a run of the same repetitive line: its first one stands for it
         last_noise = noise or None
         # pieces of one physical line whose newlines were lost keep its number
-        for piece in _COLLAPSED.split(raw[:MAX_LINE_CHARS]):
+        raw = raw[:MAX_LINE_CHARS]
+        for piece in _COLLAPSED.split(raw) if len(raw) > COLLAPSED_ABOVE_CHARS else (raw,):
             level, source, message = _strip_prefixes(piece.strip())
             if message or level:
                 lines.append(LogLine(number, level, source, message.strip()))
