@@ -70,6 +70,7 @@ def stage_after_phase(phase: str, engine: str | None) -> str | None:
         return "sampler_warmup" if engine == "V1" else "runtime"
     return _NEXT_STAGE.get(phase)
 
+
 # Out-of-memory kinds: each names where the memory ran out, when the log shows it
 OOM_KINDS = frozenset(
     {
