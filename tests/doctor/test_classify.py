@@ -717,3 +717,28 @@ def test_the_failed_attempt_is_read_not_a_later_one() -> None:
     parsed = parse_log(read_log(render(failed + later)))
     diagnosis = classify(parsed)
     assert parsed.flags(diagnosis.anchor)["max_model_len"] == 100000
+
+
+def test_interleaved_processes_are_ordered_by_vllm_s_timestamps() -> None:
+    # Ray workers print out of order: the capture line (10:29:03) is pasted before the
+    # profiling lines (10:29:01), yet capture is the stage the OOM (10:29:13) happened in.
+    text = (
+        b"(RayWorkerWrapper pid=18) INFO 03-27 10:29:03 [model_runner.py:1442] Capturing "
+        b"cudagraphs for decoding.\n"
+        b"(RayWorkerWrapper pid=14, ip=10.0.0.6) INFO 03-27 10:29:01 [worker.py:267] the rest "
+        b"of the memory reserved for KV Cache is 21.20GiB.\n"
+        b"(RayWorkerWrapper pid=20, ip=10.0.0.2) ERROR 03-27 10:29:13 [worker_base.py:620] "
+        b"Error executing method 'start_worker_execution_loop'.\n"
+        b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.\n"
+    )
+    assert _kind(text) == kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE
+    # stamped earlier than the KV line, the capture line is no longer the last stage reached
+    assert _kind(text.replace(b"10:29:03", b"10:28:59")) == kinds.CUDA_OOM_KV_CACHE_ALLOCATION
+
+
+def test_the_engine_shows_in_traceback_paths() -> None:
+    lines = _v1_oom("determine_available_memory", "profile_run")
+    parsed = parse_log(read_log(render(lines, "rank")))
+    assert parsed.engine == "V1"
+    frames = traceback(ENGINE, v0_frames("determine_num_available_blocks", "profile_run"), "x")
+    assert parse_log(read_log(render(frames, "bare"))).engine == "V0"

@@ -17,6 +17,7 @@ from kvwise.doctor.signals import (
     PHASE_ORDER,
     STAGE_FRAMES,
     Hit,
+    frames_after,
     frames_before,
     stage_of_frames,
 )
@@ -134,11 +135,13 @@ def _cuda_oom(parsed: ParsedLog) -> Diagnosis | None:
 def _oom_stage(parsed: ParsedLog, hit: Hit) -> tuple[str | None, LogLine | None]:
     """Where the OOM happened: its traceback's frames, else the last stage vLLM reported."""
     for oom in parsed.signals.get("cuda_oom", ()):
-        names = frames_before(parsed.log, oom.index)
+        if "weights" in oom.line.message:  # "Failed to create unquantized linear weights: ..."
+            return "weights", oom.line
+        names = frames_before(parsed.log, oom.index) or frames_after(parsed.log, oom.index)
         stage = stage_of_frames(names)
         if stage is not None:
             return stage, _frame_line(parsed, oom.index, STAGE_FRAMES[stage])
-    reached = _last_phase_before(parsed, hit.line.number)
+    reached = _last_phase_before(parsed, hit.line)
     if reached is None:
         return None, None
     phase, line = reached
@@ -155,13 +158,17 @@ def _frame_line(parsed: ParsedLog, index: int, words: tuple[str, ...]) -> LogLin
     return None
 
 
-def _last_phase_before(parsed: ParsedLog, number: int) -> tuple[str, LogLine] | None:
-    best: tuple[str, LogLine] | None = None
-    for phase in PHASE_ORDER:
-        lines = [line for line in parsed.phases.get(phase, ()) if line.number <= number]
-        if lines and (best is None or lines[-1].number >= best[1].number):
-            best = (phase, lines[-1])
-    return best
+def _last_phase_before(parsed: ParsedLog, line: LogLine) -> tuple[str, LogLine] | None:
+    """The last stage vLLM reported before `line`, by vLLM's timestamps when every line has
+    one (processes interleave their output), else by position."""
+    reached = [(phase, seen) for phase in PHASE_ORDER for seen in parsed.phases.get(phase, ())]
+    timed = line.stamp is not None and all(seen.stamp for _, seen in reached)
+
+    def order(seen: LogLine) -> tuple[str, int]:
+        return ((seen.stamp or "") if timed else "", seen.number)
+
+    earlier = [(phase, seen) for phase, seen in reached if order(seen) <= order(line)]
+    return max(earlier, key=lambda item: order(item[1])) if earlier else None
 
 
 def other_process(parsed: ParsedLog, anchor: int) -> OtherProcess | None:
@@ -208,7 +215,7 @@ def _host_ram(parsed: ParsedLog) -> Diagnosis | None:
     if shm and not hits:
         return _host(parsed, _lines(*shm[:2]), "shared memory (/dev/shm)")
     swap = _first(parsed, "swap_space_warning")
-    loading = _last_phase_before(parsed, hits[0].line.number)
+    loading = _last_phase_before(parsed, hits[0].line)
     what = "RAM" if loading is None else f"RAM (stage: {loading[0].replace('_', ' ')})"
     return _host(parsed, _lines(*hits[:3], swap), what)
 

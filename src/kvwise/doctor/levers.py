@@ -25,7 +25,7 @@ def ceil2(value: float) -> float:
 
 
 def gib(value: float) -> str:
-    return f"{value / GIB:.2f} GiB"
+    return f"{value / GIB:.2f} GiB" if abs(value) >= GIB else f"{value / 2**20:.0f} MiB"
 
 
 def gpu_total(ctx: FixContext) -> float | None:

@@ -7,6 +7,7 @@ allocate and how much was free; otherwise from the planner's search.
 from __future__ import annotations
 
 from kvwise.doctor import explain
+from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import FixContext, Option
 from kvwise.doctor.levers import (
     eager,
@@ -18,6 +19,9 @@ from kvwise.doctor.levers import (
     peak_flags,
     smaller_batch,
 )
+
+MIN_STEP_BYTES = GIB // 2  # the least a lower utilization should free for a failed stage
+GRAPH_FLOOR_BYTES = GIB  # vLLM: "CUDA graphs can take additional 1~3 GiB memory per GPU"
 
 
 def _failed_allocation(ctx: FixContext) -> tuple[float, float] | None:
@@ -55,10 +59,11 @@ def _planned_less_util(ctx: FixContext, what: str) -> Option | None:
     return Option({"gpu_memory_utilization": found}, reason, {"gpu_memory_utilization": util})
 
 
-def _shortfall(ctx: FixContext) -> float | None:
+def _shortfall(ctx: FixContext, floor: float = MIN_STEP_BYTES) -> float | None:
     failed = _failed_allocation(ctx)
-    # the missing bytes plus one more allocation of the same size, as margin
-    return None if failed is None else max(failed[0] - failed[1], 0.0) + failed[0]
+    # the missing bytes plus one more allocation of the same size, as margin; one failed
+    # allocation understates what the stage needs, hence the floor
+    return None if failed is None else max(failed[0] - failed[1] + failed[0], floor)
 
 
 def sampler_options(ctx: FixContext) -> list[Option]:
@@ -69,12 +74,15 @@ def sampler_options(ctx: FixContext) -> list[Option]:
 
 
 def capture_options(ctx: FixContext) -> list[Option]:
+    what = "the CUDA graphs"
     graphs = ctx.figure("cuda_graph_estimate_bytes") or ctx.figure("cuda_graph_bytes")
-    options = [
-        _less_util(ctx, graphs or _shortfall(ctx), "the CUDA graphs")
-        or _planned_less_util(ctx, "the CUDA graphs"),
-        eager(ctx),
-    ]
+    lowered = (
+        (_less_util(ctx, graphs, what) if graphs else None)
+        or _planned_less_util(ctx, what)
+        # vLLM's own note: "CUDA graphs can take additional 1~3 GiB memory per GPU"
+        or _less_util(ctx, _shortfall(ctx, floor=GRAPH_FLOOR_BYTES), what)
+    )
+    options = [lowered, eager(ctx)]
     options += smaller_batch(ctx, ("max_num_seqs",))
     return [o for o in options if o]
 

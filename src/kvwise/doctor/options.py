@@ -231,7 +231,8 @@ def another_process_options(ctx: FixContext) -> list[Option]:
 
 def host_ram_options(ctx: FixContext) -> list[Option]:
     swap = ctx.flags.get("swap_space")
-    if ctx.parsed.engine == "V0" and swap != 0:
+    is_v0 = ctx.parsed.engine == "V0" or (ctx.parsed.engine is None and swap is not None)
+    if is_v0 and swap != 0:  # V1 has no swap space
         reason = "--swap-space 0: V0 pins swap_space GiB of host RAM per GPU (4 by default)"
         return [Option({"swap_space": 0}, reason, {"swap_space": swap if swap is not None else 4})]
     return []

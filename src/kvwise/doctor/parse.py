@@ -149,9 +149,12 @@ def _engine(log: LogText, version: str | None) -> str | None:
             # V1 became the default in 0.8; V0 was removed in 0.11 (VLLM_USE_V1=0 aside)
             return "V1" if (int(numbers[1]), int(numbers[2])) >= (0, 8) else "V0"
     sources = {line.source for line in log.lines if line.source}
-    if sources.intersection(_V1_SOURCES) or "EngineCore" in log.joined:
+    # V1's code lives under vllm/v1/ (traceback paths); its wording: "Model loading took"
+    v1_marks = ("EngineCore", "/vllm/v1/", "Model loading took", "Available KV cache memory")
+    if sources.intersection(_V1_SOURCES) or any(mark in log.joined for mark in v1_marks):
         return "V1"
-    if sources.intersection(_V0_SOURCES) or "# GPU blocks" in log.joined:
+    v0_marks = ("# GPU blocks", "Loading model weights took", "/vllm/worker/")
+    if sources.intersection(_V0_SOURCES) or any(mark in log.joined for mark in v0_marks):
         return "V0"
     if match:  # "Initializing an LLM engine" without V0/V1: before 0.8
         return "V0"

@@ -219,6 +219,16 @@ def frames_before(log: LogText, index: int, window: int = 400) -> list[str]:
     return names[::-1]
 
 
+def frames_after(log: LogText, index: int, window: int = 80) -> list[str]:
+    """Frames of a traceback printed after a logged error line (vLLM logs, then re-raises)."""
+    names: list[str] = []
+    for later in log.lines[index + 1 : index + 1 + window]:
+        match = _FRAME.search(later.message)
+        if match:
+            names += [match["func"], match["path"].rsplit("/", 1)[-1]]
+    return names
+
+
 def stage_of_frames(names: list[str]) -> str | None:
     present = set(names)
     for stage, frames in STAGE_FRAMES.items():

@@ -33,9 +33,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _LEVEL_WORD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)"
 # vLLM's header: `INFO 12-13 19:54:18 [worker.py:243]` (newer) or `INFO 12-13 19:54:18 worker.py:243]`
 _VLLM_HEADER = re.compile(
-    rf"^(?P<level>{_LEVEL_WORD})\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:[.,]\d+)?\s+"
+    rf"^(?P<level>{_LEVEL_WORD})\s+(?P<stamp>\d\d-\d\d\s+\d\d:\d\d:\d\d)(?:[.,]\d+)?\s+"
     r"(?:\[(?P<src1>[^\]\s]*?)(?::\d+)?\]|(?P<src2>[\w./-]+?)(?::\d+)?\])\s?"
 )
+# the header after a tag cut in half by a paste: `RayWorkerWrapper pid=1) INFO 03-27 ...`
+_LATE_HEADER = re.compile(r"(?<=\) )" + _VLLM_HEADER.pattern.lstrip("^"))
 # A header in the middle of a line means the newlines were lost: split there.
 _COLLAPSED = re.compile(
     rf"(?<=\S)[ \t]+(?=(?:\([^()\n]{{0,60}}pid=\d+[^()\n]{{0,40}}\)\s+)?{_LEVEL_WORD}"
@@ -70,6 +72,9 @@ class LogLine:
     level: str | None  # INFO / WARNING / ERROR ... when vLLM's header was present
     source: str | None  # the file vLLM named in its header, e.g. "gpu_worker.py"
     message: str  # the line without prefixes
+    # "MM-DD HH:MM:SS" of vLLM's header (or of the last header before a bare line): orders the
+    # lines of processes that interleave their output
+    stamp: str | None = None
 
     def quote(self, limit: int = 300) -> str:
         text = self.message if len(self.message) <= limit else self.message[: limit - 3] + "..."
@@ -113,20 +118,21 @@ def decode(data: bytes) -> tuple[str, bool]:
     return text, odd > len(sample) // 20
 
 
-def _strip_prefixes(line: str) -> tuple[str | None, str | None, str]:
+def _strip_prefixes(line: str) -> tuple[str | None, str | None, str | None, str]:
     for _ in range(8):
         match = _PREFIX.match(line)
         if match is None or match.end() == 0:
             break
         line = line[match.end() :]
-    header = _VLLM_HEADER.match(line)
+    header = _VLLM_HEADER.match(line) or _LATE_HEADER.search(line, 0, 120)
     if header is None:
-        return None, None, _REPEATED.sub("", line).rstrip()
+        return None, None, None, _REPEATED.sub("", line).rstrip()
     level = "WARNING" if header["level"] == "WARN" else header["level"]
     source = header["src1"] or header["src2"]
     rest = line[header.end() :]
     # a second tag may follow the header (`INFO ... [x.py:1] (Worker pid=2) ...`) - rare, keep it
-    return level, source, _REPEATED.sub("", rest).rstrip()
+    stamp = " ".join(header["stamp"].split())
+    return level, source, stamp, _REPEATED.sub("", rest).rstrip()
 
 
 def split_lines(text: str, first_number: int = 1, drop_noise: bool = False) -> list[LogLine]:
@@ -135,6 +141,7 @@ def split_lines(text: str, first_number: int = 1, drop_noise: bool = False) -> l
     text = _CONTROL.sub("", text.replace("\t", "    ").replace("**", ""))
     lines: list[LogLine] = []
     last_noise: str | None = None
+    last_stamp: str | None = None
     for number, raw in enumerate(text.splitlines(), start=first_number):
         noise = drop_noise and _noise_kind(raw)
         if noise and noise == last_noise:
@@ -143,9 +150,10 @@ def split_lines(text: str, first_number: int = 1, drop_noise: bool = False) -> l
         # pieces of one physical line whose newlines were lost keep its number
         raw = raw[:MAX_LINE_CHARS]
         for piece in _COLLAPSED.split(raw) if len(raw) > COLLAPSED_ABOVE_CHARS else (raw,):
-            level, source, message = _strip_prefixes(piece.strip())
+            level, source, stamp, message = _strip_prefixes(piece.strip())
+            last_stamp = stamp or last_stamp
             if message or level:
-                lines.append(LogLine(number, level, source, message.strip()))
+                lines.append(LogLine(number, level, source, message.strip(), last_stamp))
     return lines
 
 
