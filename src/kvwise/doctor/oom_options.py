@@ -44,7 +44,8 @@ def _less_util(ctx: FixContext, needed: float | None, what: str) -> Option | Non
         f"lower --gpu-memory-utilization from {util:g} to {new:g}: leaves {gib(needed)} more "
         f"outside the budget for {what}"
     )
-    return Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util}, True)
+    # sized from one failed allocation, not vLLM's own arithmetic: the planner may refute it
+    return Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util})
 
 
 def _planned_less_util(ctx: FixContext, what: str) -> Option | None:
@@ -68,7 +69,7 @@ def _shortfall(ctx: FixContext, floor: float = MIN_STEP_BYTES) -> float | None:
 
 def sampler_options(ctx: FixContext) -> list[Option]:
     what = "the sampler warm-up"
-    options = [_less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)]
+    options = [_less_util(ctx, _shortfall(ctx), what), _planned_less_util(ctx, what)]
     options += smaller_batch(ctx, ("max_num_seqs",))
     return [o for o in options if o]
 
@@ -76,13 +77,10 @@ def sampler_options(ctx: FixContext) -> list[Option]:
 def capture_options(ctx: FixContext) -> list[Option]:
     what = "the CUDA graphs"
     graphs = ctx.figure("cuda_graph_estimate_bytes") or ctx.figure("cuda_graph_bytes")
-    lowered = (
-        (_less_util(ctx, graphs, what) if graphs else None)
-        or _planned_less_util(ctx, what)
-        # vLLM's own note: "CUDA graphs can take additional 1~3 GiB memory per GPU"
-        or _less_util(ctx, _shortfall(ctx, floor=GRAPH_FLOOR_BYTES), what)
-    )
-    options = [lowered, eager(ctx)]
+    # the graph memory vLLM logged, else vLLM's own note: "CUDA graphs can take additional
+    # 1~3 GiB memory per GPU", else what the planner finds
+    sized = _less_util(ctx, graphs or _shortfall(ctx, floor=GRAPH_FLOOR_BYTES), what)
+    options = [sized, _planned_less_util(ctx, what), eager(ctx)]
     options += smaller_batch(ctx, ("max_num_seqs",))
     return [o for o in options if o]
 
@@ -102,13 +100,13 @@ def profile_run_options(ctx: FixContext) -> list[Option]:
 
 def allocation_options(ctx: FixContext) -> list[Option]:
     what = "what else holds memory"
-    option = _less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)
-    return [option] if option else []
+    options = [_less_util(ctx, _shortfall(ctx), what), _planned_less_util(ctx, what)]
+    return [o for o in options if o]
 
 
 def runtime_options(ctx: FixContext) -> list[Option]:
     what = "run-time activations"
-    options = [_less_util(ctx, _shortfall(ctx), what) or _planned_less_util(ctx, what)]
+    options = [_less_util(ctx, _shortfall(ctx), what), _planned_less_util(ctx, what)]
     options += smaller_batch(ctx, ("max_num_batched_tokens",))
     return [o for o in options if o]
 

@@ -41,8 +41,9 @@ def _parsed_table(parsed: dict[str, Any]) -> Table:
     for key in _PARSED_ROWS:
         if parsed.get(key) is not None:
             table.add_row(key, escape(str(parsed[key])))
-    for key, value in parsed["flags"].items():
-        table.add_row(f"--{key.replace('_', '-')}", escape(str(value)))
+    if parsed["flags"]:
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in parsed["flags"].items())
+        table.add_row("flags", escape(flags))
     for key, value in parsed["figures"].items():
         table.add_row(key, _number(value))
     return table
