@@ -684,9 +684,23 @@ def test_every_kind_of_the_vocabulary_has_a_case() -> None:
     assert covered == set(kinds.ALL_KINDS) - {kinds.CUDA_OOM}
 
 
-def test_a_bare_mention_of_oom_is_an_unplaced_cuda_oom() -> None:
-    text = "我用vllm部署Qwen2.5-7B，并发一高就OOM，怎么办？".encode()
-    assert _kind(text) == kinds.CUDA_OOM
+@pytest.mark.parametrize(
+    "text",
+    [
+        "我用vllm部署Qwen2.5-7B，并发一高就OOM，怎么办？",
+        "It OOMs as soon as I set --max_num_batched_tokens above 64000.",
+        "vllm serve keeps crashing, oom every time with 8 requests",
+        "The server runs out of VRAM after a few minutes.",
+        "24G跑7B还是显存不够",
+    ],
+)
+def test_a_bare_mention_of_oom_is_an_unplaced_cuda_oom(text: str) -> None:
+    assert _kind(text.encode()) == kinds.CUDA_OOM
+
+
+@pytest.mark.parametrize("text", ["Zoom into the room.", "oom-kill invoked", "an OOMKilled pod"])
+def test_words_that_contain_oom_are_not_a_mention(text: str) -> None:
+    assert _kind(text.encode()) != kinds.CUDA_OOM
 
 
 def test_evidence_quotes_the_error_line_and_the_figures_behind_it() -> None:

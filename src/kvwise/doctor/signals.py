@@ -44,9 +44,11 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     # a user saying OOM without pasting the error
     # (not vLLM's own hint "If you are running out of memory, consider decreasing ...")
     "oom_mentioned": (
-        r"OOM(?<![A-Za-z]OOM)(?![A-Za-z])",
+        r"OOM(?<![A-Za-z]OOM)(?:s|ed|ing|'d)?(?![A-Za-z])",  # OOM, OOMs, OOMed, CUDA OOM
+        r"oom(?<![A-Za-z]oom)(?:s|ed|ing)?(?![A-Za-z-])",
         r"[Oo]ut of memory(?<!running out of memory)",
-        r"显存不足|爆显存|显存溢出",
+        r"[Oo]ut of (?:GPU |video )?(?:VRAM|GPU memory)",
+        r"显存不足|显存不够|爆显存|显存爆|显存溢出",
     ),
     "host_ram": (
         r"(?m)Killed(?<![\w-]Killed)[ \t]*$",
