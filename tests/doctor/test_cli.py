@@ -81,3 +81,14 @@ def test_a_missing_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such file" in err
     assert main(["doctor", "--bogus-flag"]) == 2
+
+
+def test_version_hint_fills_in_only_what_the_log_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = _write(tmp_path, "bare.log", b"ValueError: No available memory for the cache blocks.")
+    assert main(["doctor", str(bare), "--json", "--vllm-version", "0.8.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["parsed"]["vllm_version"] == "0.8.1"
+    logged = _write(tmp_path, "v.log", render(v1_start("0.10.1.1")))
+    assert main(["doctor", str(logged), "--json", "--vllm-version", "0.8.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["parsed"]["vllm_version"] == "0.10.1.1"

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", help="the model, when the log does not name it (HF id or path)")
     parser.add_argument("--gpu", help="the GPU, when the log does not name it (rtx4090, a100...)")
+    parser.add_argument(
+        "--vllm-version", help="the vLLM release, when the log does not print it (e.g. 0.8.1)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
@@ -61,7 +64,13 @@ def run(argv: list[str]) -> int:
     smi = None
     if args.nvidia_smi:
         smi = _read(args.nvidia_smi, "nvidia-smi file").decode("utf-8", errors="replace")
-    report = diagnose(data, nvidia_smi=smi, model_hint=args.model, gpu_hint=args.gpu)
+    report = diagnose(
+        data,
+        nvidia_smi=smi,
+        model_hint=args.model,
+        gpu_hint=args.gpu,
+        version_hint=args.vllm_version,
+    )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -41,9 +41,10 @@ def diagnose(
     planner: PlanFn | None = plan,
     model_hint: str | None = None,
     gpu_hint: str | None = None,
+    version_hint: str | None = None,
 ) -> Report:
     """Read a vLLM log (any bytes) and name what went wrong; never raises on the log's content."""
-    parsed = parse_log(read_log(data), nvidia_smi)
+    parsed = parse_log(read_log(data), nvidia_smi, version_hint)
     diagnosis = classify(parsed)
     anchor = diagnosis.anchor
     # only vLLM's and PyTorch's totals: nvidia-smi's includes memory CUDA does not hand out

@@ -111,11 +111,14 @@ def _config_rank(finding: ConfigFinding) -> int:
     return order.index(finding.shape)
 
 
-def parse_log(log: LogText, smi_text: str | None = None) -> ParsedLog:
+def parse_log(
+    log: LogText, smi_text: str | None = None, version_hint: str | None = None
+) -> ParsedLog:
+    """Everything the log states; `version_hint` stands in when the log names no release."""
     smi = parse_nvidia_smi(smi_text if smi_text is not None else log.joined)
     if smi_text is not None and smi.is_empty:
         smi = parse_nvidia_smi(log.joined)
-    version = _version(log)
+    version = _version(log) or version_hint
     return ParsedLog(
         log=log,
         version=version,

@@ -42,11 +42,18 @@ def _parsed_table(parsed: dict[str, Any]) -> Table:
         if parsed.get(key) is not None:
             table.add_row(key, escape(str(parsed[key])))
     if parsed["flags"]:
-        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in parsed["flags"].items())
+        flags = " ".join(_flag(name, value) for name, value in parsed["flags"].items())
         table.add_row("flags", escape(flags))
     for key, value in parsed["figures"].items():
         table.add_row(key, _number(value))
     return table
+
+
+def _flag(name: str, value: Any) -> str:
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag} {value}"
 
 
 def _number(value: Any) -> str:
