@@ -45,7 +45,28 @@ FRAGMENTS = [
     "\\",
     "'",
     "{",
+    "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len ",
+    " --gpu-memory-utilization 0.",
+    " --max-num-seqs ",
+    "Available KV cache memory: -",
+    "RuntimeError: CUDA out of memory occurred when warming up sampler with ",
+    "No available memory for the cache blocks",
+    "Free memory on device (2.0/23.5 GiB) on startup is less than desired GPU memory utilization",
+    "Sequence group 3 is preempted by PreemptionMode.RECOMPUTE total_num_cumulative_preemption=",
+    "Running: 9 reqs, Waiting: 1 reqs, GPU KV cache usage: 100.0%",
 ]
+
+
+def test_non_finite_and_absurd_values_are_ignored() -> None:
+    text = (
+        b"vllm serve Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization nan --max-model-len inf\n"
+        b"Available KV cache memory: 99999999999999999999 GiB\n"
+        b"ValueError: To serve at least one request with the model's max seq len (32768), "
+        b"(1e400 GiB KV cache is needed, which is larger than the available KV cache memory.\n"
+    )
+    report = diagnose(text, gpu_hint="rtx4090")
+    assert report.diagnosis.kind == kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE
+    assert "gpu_memory_utilization" not in report.to_json()["parsed"]["flags"]
 
 
 def test_empty_input() -> None:
@@ -87,7 +108,8 @@ def test_a_50_mb_log_with_the_error_at_the_end(tmp_path: Path) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=20), max_size=40))
 def test_random_log_like_text_never_raises(pieces: list[str]) -> None:
-    report = diagnose("".join(pieces).encode())
+    # with a GPU named, the planner and the fix search run on whatever was parsed
+    report = diagnose("".join(pieces).encode(), gpu_hint="rtx4090")
     assert report.diagnosis.kind in kinds.ALL_KINDS
     report.to_json()
 

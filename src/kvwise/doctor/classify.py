@@ -107,9 +107,13 @@ def _explained(parsed: ParsedLog, kind: str, line: LogLine) -> Diagnosis:
     summary = explain.summarize(kind, parsed, anchor)
     other = other_process(parsed, anchor)
     if other is not None and kind == kinds.INSUFFICIENT_FREE_MEMORY:
-        summary += f" {other.who} holds {other.held_bytes / GIB:.2f} GiB of it."
+        summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB of it."
         evidence = _lines(*evidence, *other.lines)
     return Diagnosis(kind, summary, evidence, anchor)
+
+
+def _capitalized(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _cuda_oom(parsed: ParsedLog) -> Diagnosis | None:
@@ -124,7 +128,7 @@ def _cuda_oom(parsed: ParsedLog) -> Diagnosis | None:
     other = other_process(parsed, anchor)
     if other is not None:
         summary = explain.summarize(kinds.ANOTHER_PROCESS, parsed, anchor)
-        summary += f" {other.who} holds {other.held_bytes / GIB:.2f} GiB."
+        summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB."
         return Diagnosis(kinds.ANOTHER_PROCESS, summary, _lines(anchor_hit, *other.lines), anchor)
     stage, stage_line = _oom_stage(parsed, anchor_hit)
     kind = kinds.KIND_OF_STAGE.get(stage or "", kinds.CUDA_OOM)

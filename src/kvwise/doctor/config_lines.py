@@ -15,6 +15,7 @@ Every reader here is tolerant: a value that does not parse is skipped, never rai
 from __future__ import annotations
 
 import ast
+import math
 import re
 import shlex
 from collections.abc import Callable
@@ -26,7 +27,10 @@ from kvwise.errors import InvalidFlagError
 
 
 def _to_float(text: str) -> float:
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):  # "nan", "inf": no flag takes them
+        raise ValueError(text)
+    return value
 
 
 def _to_int(text: str) -> int:
