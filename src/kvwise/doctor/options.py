@@ -31,6 +31,7 @@ from kvwise.doctor.levers import (
     smaller_batch,
     smallest_utilization,
 )
+from kvwise.planner.memory import CUDA_CONTEXT_BYTES
 
 HEADROOM_UTILIZATION = 0.05  # share of the GPU left for the KV cache above the non-KV memory
 DEFAULT_UTILIZATION = 0.9  # vLLM's long-standing default (0.92 lately; the planner knows)
@@ -177,6 +178,9 @@ def free_memory_options(ctx: FixContext) -> list[Option]:
     free, total, util = ctx.figure("free_at_startup_bytes"), gpu_total(ctx), logged_util(ctx)
     if free is None and ctx.gpu is not None:
         free = ctx.gpu.free_bytes  # from the nvidia-smi dump
+    if free is None and total is not None:
+        # nothing else on the card: the planner's own assumption (its CUDA context aside)
+        free = total - CUDA_CONTEXT_BYTES
     if free is None or total is None:
         return []
     new = floor2(free / total - 0.01)  # 1% below what was free, for what moves meanwhile
