@@ -167,6 +167,12 @@ def test_the_same_profiling_line_yields_all_its_parts() -> None:
             None,
             "V1",
         ),
+        (
+            "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+            "that can be stored in KV cache (24320). Try increasing `gpu_memory_utilization`",
+            None,
+            "V0",
+        ),
     ],
 )
 def test_version_and_engine(text: str, version: str | None, engine: str) -> None:
