@@ -59,7 +59,10 @@ def _entries() -> dict[str, CatalogEntry]:
         # the copied keys win; fill only what the partial copy lacks
         config = fill["keys"] | entry.config
         entries[model_id.lower()] = CatalogEntry(
-            entry.model_id, config, entry.sources, entry.published_params,
+            entry.model_id,
+            config,
+            entry.sources,
+            entry.published_params,
             f"{fill['note']}. {entry.notes}",
         )
     for derived in extra["derived"]:
@@ -103,7 +106,7 @@ def _from_hub(name: str) -> ModelSpec | None:
     if "/" not in name or os.environ.get("HF_HUB_OFFLINE") == "1":
         return None
     try:
-        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
+        from huggingface_hub import hf_hub_download
     except ImportError:
         return None
     try:
