@@ -49,11 +49,13 @@ def deployment(
     vllm_version: str | None = None,
     coefficients: StepTimeCoefficients | None = None,
     num_gpu_blocks: int | None = None,
+    num_scheduler_steps: int = 1,
     label: str = "",
 ) -> Deployment:
     """The replica vLLM would start with these flags; InvalidFlagError if it would not start.
 
     `num_gpu_blocks` replaces the planner's KV pool when the real one is known (a vLLM log).
+    `num_scheduler_steps` is V0's multi-step scheduling (`--num-scheduler-steps`, 0.5-0.7).
     """
     result = plan(model, gpu, flags, vllm_version=vllm_version)
     if result.error is not None and num_gpu_blocks is None:
@@ -69,6 +71,7 @@ def deployment(
         enable_chunked_prefill=resolved.enable_chunked_prefill,
         reserve_full_isl=_reserve_full_isl(result.vllm_version),
         is_v0=result.engine == "V0",
+        num_scheduler_steps=num_scheduler_steps if result.engine == "V0" else 1,
     )
     # pipeline stages run one after the other for a step's batch: every stage's weights are
     # read in turn (the planner's figure is the heaviest stage)

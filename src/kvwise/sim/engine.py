@@ -44,6 +44,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     reserve_full_isl: bool = True
     is_v0: bool = False
+    num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
@@ -53,6 +54,7 @@ class EngineConfig:
             enable_chunked_prefill=self.enable_chunked_prefill and not self.is_v0,
             reserve_full_isl=self.reserve_full_isl,
             is_v0=self.is_v0,
+            num_scheduler_steps=self.num_scheduler_steps,
         )
 
 
@@ -112,6 +114,7 @@ class Engine:
         self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
         self.sample_interval_s = 0.05
         self._next_sample_s = 0.0
+        self.on_progress: Callable[[int], None] | None = None  # requests done, now and then
 
     # -- input -----------------------------------------------------------------------------
 
@@ -214,6 +217,8 @@ class Engine:
         self.itl_hist[key] = self.itl_hist.get(key, 0) + count
 
     def _sample(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(len(self.finished) + len(self.rejected))
         scheduler = self.scheduler
         self.samples.append(
             (self.now, self.kv_cache.pool.usage, len(scheduler.running), len(scheduler.waiting))

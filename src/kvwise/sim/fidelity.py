@@ -95,6 +95,7 @@ class Case:
     # the sweep's lowest request rate already shows TTFT far above TPOT: its TTFT is not
     # explained by load (client, network or multi-GPU effects outside the engine)
     ttft_unexplained: bool = False
+    num_scheduler_steps: int = 1  # V0 multi-step, where the server flags say so
 
     @property
     def request_rate(self) -> float:
@@ -187,6 +188,7 @@ def run_case(
         vllm_version=case.vllm_version,
         coefficients=coefficients,
         num_gpu_blocks=case.num_gpu_blocks,
+        num_scheduler_steps=case.num_scheduler_steps,
         label=case.case_id,
     )
     return simulate(dep.config, case.workload, seed, record_steps=record_steps)

@@ -167,8 +167,12 @@ def _sglang_readme(record: dict[str, Any], gpu: str, capacities: dict[str, dict[
         median_ttft_ms=m.get("ttft_median_ms"),
     )
     flags = VllmFlags(max_model_len=4096, tensor_parallel_size=_tp(record))
-    notes = ("multi-step scheduling (10) not modelled", "ShareGPT means assumed from IOG Llama-3 runs")
-    return Case(record["id"], "sglang-readme", gpu, record["model"], "0.6.0", flags, workload, measured, None, notes)
+    steps = re.search(r"--num-scheduler-steps (\d+)", str((record.get("server_flags") or {}).get("vllm", "")))
+    notes = ("ShareGPT means assumed from IOG Llama-3 runs",)
+    return Case(
+        record["id"], "sglang-readme", gpu, record["model"], "0.6.0", flags, workload, measured,
+        None, notes, num_scheduler_steps=int(steps.group(1)) if steps else 1,
+    )
 
 
 def _a10g_single(record: dict[str, Any], gpu: str, capacities: dict[str, dict[str, Any]]) -> Case:

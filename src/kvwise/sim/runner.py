@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +115,12 @@ def simulate(
     *,
     fast: bool = True,
     record_steps: bool = False,
+    on_progress: Callable[[int], None] | None = None,
 ) -> SimResult:
-    """Run one workload on one simulated replica. Same inputs and seed, same result."""
+    """Run one workload on one simulated replica. Same inputs and seed, same result.
+
+    `on_progress(requests done)` is called now and then (for a progress bar).
+    """
     if isinstance(workload, WorkloadSpec):
         workload = build_workload(workload, random.Random(seed))
     weights = step_weights(config.cost, config.coefficients)
@@ -126,6 +131,7 @@ def simulate(
         driver.on_done(request)
 
     engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
+    engine.on_progress = on_progress
     driver = _Driver(workload, engine, config.coefficients.api_overhead_s)
     driver.start()
     engine.run()

@@ -36,6 +36,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     reserve_full_isl: bool = True  # vLLM >= 0.18 (PR #37307); earlier: only the chunk must fit
     is_v0: bool = False  # V0 engine: prefill-first steps, whole prompts
+    num_scheduler_steps: int = 1  # V0 multi-step: a decode batch runs this many steps
 
 
 class StepPlan:
@@ -92,6 +93,7 @@ class Scheduler:
         self.prefix_queried_tokens = 0  # tokens looked up in the prefix cache at admission
         self.prefix_hit_tokens = 0
         self.next_running_seq = 0
+        self.multi_step_left = 0  # V0 multi-step: decode steps left before the next admission
         # called before a running request is preempted (the engine syncs implicit decoders)
         self.before_preempt: Callable[[Request], None] | None = None
 
@@ -194,11 +196,19 @@ class Scheduler:
         self.running[request.request_id] = request
 
     def _schedule_v0(self, plan: StepPlan) -> None:
-        """V0 without chunked prefill: whole prompts first; decode only when none is admitted."""
+        """V0 without chunked prefill: whole prompts first; decode only when none is admitted.
+
+        With `--num-scheduler-steps N` (multi-step), a decode batch runs N steps before the
+        scheduler looks at the queue again, so arrivals wait for the block to end.
+        """
         config = self.config
-        self.admit_waiting(plan, config.max_num_batched_tokens)
-        if plan.num_scheduled_reqs:
-            return
+        if self.multi_step_left > 0:
+            self.multi_step_left -= 1
+        else:
+            self.admit_waiting(plan, config.max_num_batched_tokens)
+            if plan.num_scheduled_reqs:
+                return
+            self.multi_step_left = config.num_scheduler_steps - 1
         self.schedule_running(plan, list(self.running.values()), config.max_num_batched_tokens)
 
     @staticmethod
