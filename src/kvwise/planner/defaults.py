@@ -283,3 +283,9 @@ def quant_for(model: ModelSpec, resolved: ResolvedFlags) -> Any:
     if model.quant is not None or resolved.quantization is None:
         return model.quant
     return QUANTIZATION_FLAGS[resolved.quantization]
+
+
+def default_flags(model: ModelSpec, gpu: GpuSpec, version: str | None) -> ResolvedFlags:
+    """What vLLM picks when no flag is given: the reference for printing only what changed."""
+    rules = engine_rules(rules_for(version), gpu, VllmFlags())
+    return resolve_flags(model, gpu, VllmFlags(), rules)
