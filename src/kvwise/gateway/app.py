@@ -24,7 +24,8 @@ from kvwise.gateway.admission import Admission
 from kvwise.gateway.asgi import HttpError, Scope, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
-from kvwise.gateway.metrics import GatewayMetrics
+from kvwise.gateway.launcher import Supervisor
+from kvwise.gateway.metrics import GatewayMetrics, Gauge
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
@@ -196,15 +197,28 @@ async def _openapi(request: Request) -> Response:
     return JSONResponse(openapi_document())
 
 
-def create_app(config: GatewayConfig) -> Starlette:
+def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> Starlette:
+    """The ASGI app; with a `Supervisor` (from --launch) it also keeps the replicas running."""
     gateway = Gateway(config)
+    if supervisor is not None:
+        restarts = Gauge(
+            "kvwise_replica_restarts_total",
+            "replicas restarted after they exited",
+            lambda: {(name,): float(run.num_restarts) for name, run in supervisor.running.items()},
+            ("replica",),
+            kind="counter",
+        )
+        gateway.metrics.registry.add(restarts)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await gateway.start()
+        watch = asyncio.create_task(supervisor.watch()) if supervisor is not None else None
         try:
             yield
         finally:
+            if watch is not None:
+                watch.cancel()
             await gateway.stop()
 
     routes = [
