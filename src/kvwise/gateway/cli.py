@@ -246,6 +246,7 @@ def run(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health check otherwise
     planned = plan_limits(args)
     started = start_engines(args)
     try:
