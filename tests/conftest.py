@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine_fixture import EngineProcess, RedisProcess
+from tests.engine_fixture import EngineProcess, RedisProcess
 
 _REPORT: list[str] = []
 
