@@ -1,0 +1,323 @@
+"""The discrete-event loop: arrivals, engine steps, and what each step leaves behind.
+
+Time advances by whole engine steps while there is work, and jumps to the next arrival when
+there is none. Requests that arrive during a step are seen at the next step boundary (vLLM's
+engine core polls its input queue between steps).
+
+Three ways to run a step, all with the same outcome bit for bit (tests/sim/test_engine.py runs
+workloads both ways and compares the JSON):
+* reference: `Scheduler.schedule` over explicit counters (always used with `fast=False`, and
+  whenever the fast path's conditions do not hold);
+* fast: decoding requests stay implicit in a `DecodeCohort`; only requests with an event this
+  step (a new block, the last token) and partial prefills are touched;
+* pure decode: consecutive steps in which nothing but decoding can happen run in a tight loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvwise.sim.cohort import DecodeCohort
+from kvwise.sim.kv_cache_manager import KVCacheManager
+from kvwise.sim.request import Request, Status
+from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
+from kvwise.sim.steptime import StepWeights
+
+ITL_BINS_PER_E = 1000  # ITL histogram resolution: bins 0.1 % wide
+MAX_SAMPLES = 2000  # time-series points kept (older ones are thinned by halves)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One vLLM replica as the scheduler sees it (numbers from the planner, or given)."""
+
+    num_gpu_blocks: int  # as vLLM logs it, including the null block
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    reserve_full_isl: bool = True
+    is_v0: bool = False
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill and not self.is_v0,
+            reserve_full_isl=self.reserve_full_isl,
+            is_v0=self.is_v0,
+        )
+
+
+class StepLog:
+    """Per-step token counts and start times, kept only when fitting step-time coefficients."""
+
+    __slots__ = ("context", "decode", "pairs_x2", "prefill", "reqs", "start_s")
+
+    def __init__(self) -> None:
+        self.prefill, self.pairs_x2 = array("q"), array("q")
+        self.decode, self.context, self.reqs = array("q"), array("q"), array("q")
+        self.start_s = array("d")
+
+    def add(self, start_s: float, prefill: int, pairs_x2: int, decode: int, context: int, reqs: int) -> None:
+        self.start_s.append(start_s)
+        self.prefill.append(prefill)
+        self.pairs_x2.append(pairs_x2)
+        self.decode.append(decode)
+        self.context.append(context)
+        self.reqs.append(reqs)
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        weights: StepWeights,
+        *,
+        on_done: Callable[[Request], None],
+        fast: bool = True,
+        record_steps: bool = False,
+    ) -> None:
+        self.config = config
+        self.weights = weights
+        self.on_done = on_done  # called once per request: finished or rejected
+        self.fast = fast and not config.is_v0
+        self.kv_cache = KVCacheManager(
+            config.num_gpu_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            max_model_len=config.max_model_len,
+        )
+        self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+        self.step_end_s = array("d")
+        self.cohort = DecodeCohort(self.kv_cache, self.step_end_s)
+        self.scheduler.before_preempt = self._before_preempt
+        self.step_log = StepLog() if record_steps else None
+        self.now = 0.0
+        self.step_index = 0
+        self._arrivals: list[tuple[float, int, Request]] = []
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+        # accumulated over steps
+        self.busy_s = 0.0
+        self.kv_block_s = 0.0  # used blocks x seconds
+        self.max_used_blocks = 0
+        self.itl_hist: dict[int, int] = {}
+        self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
+        self.sample_interval_s = 0.05
+        self._next_sample_s = 0.0
+
+    # -- input -----------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        """Queue a request that reaches the engine at `request.arrival_s`."""
+        heapq.heappush(self._arrivals, (request.arrival_s, request.request_id, request))
+
+    def _admit_arrivals(self) -> None:
+        arrivals, now, max_model_len = self._arrivals, self.now, self.config.max_model_len
+        while arrivals and arrivals[0][0] <= now:
+            request = heapq.heappop(arrivals)[2]
+            if request.num_prompt_tokens + request.max_tokens > max_model_len:
+                # vLLM's API server answers 400: prompt + max_tokens exceed max_model_len
+                request.status = Status.REJECTED
+                request.finish_s = now
+                self.rejected.append(request)
+                self.on_done(request)
+                continue
+            request.arrival_step = self.step_index
+            self.scheduler.add_request(request)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        scheduler = self.scheduler
+        while True:
+            self._admit_arrivals()
+            if not scheduler.running and not scheduler.waiting:
+                if not self._arrivals:
+                    return
+                self.now = max(self.now, self._arrivals[0][0])  # idle until the next arrival
+                continue
+            if self.fast and self._pure_decode_ready():
+                self._run_pure_decode()
+            else:
+                self._step()
+
+    def _step(self) -> None:
+        step, start = self.step_index, self.now
+        cohort = self.cohort
+        if self.fast and self._fast_eligible():
+            plan, num_lazy = self._schedule_fast(step), len(cohort)
+        else:
+            cohort.materialize_all(step)
+            plan, num_lazy = self.scheduler.schedule(), 0
+        for request in plan.scheduled:
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = start
+        step_s = self.weights.step_s(
+            plan.num_prefill_tokens,
+            plan.prefill_attention_x2,
+            plan.num_decode_tokens,
+            plan.decode_context,
+            plan.num_scheduled_reqs,
+        )
+        if self.step_log is not None:
+            self.step_log.add(
+                start, plan.num_prefill_tokens, plan.prefill_attention_x2,
+                plan.num_decode_tokens, plan.decode_context, plan.num_scheduled_reqs,
+            )
+        self._end_step(step_s, num_lazy)
+        self._apply_outputs(plan, step, step_s)
+
+    def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
+        now, cohort, scheduler = self.now, self.cohort, self.scheduler
+        done: list[Request] = []
+        for request in cohort.take_events(cohort.finish_events, step):
+            cohort.leave(request, step + 1)  # its last token came out of this step
+            scheduler.finish(request)
+            done.append(request)
+        produced, finished = scheduler.update_after_step(plan)
+        for request in produced:
+            if request.first_token_s is None:
+                request.first_token_s = now
+                request.first_token_step = step
+            else:
+                gap_s = step_s if request.last_step == step - 1 else now - request.last_token_s
+                self._add_itl(gap_s, 1)
+            request.last_token_s = now
+            request.last_step = step
+            if self.fast and request.status is Status.RUNNING:
+                cohort.join(request, step + 1)
+        for request in (*done, *finished):
+            request.finish_s = now
+            self.finished.append(request)
+            self.on_done(request)
+
+    def _end_step(self, step_s: float, num_lazy_decodes: int) -> None:
+        self.now += step_s
+        self.step_end_s.append(self.now)
+        self.step_index += 1
+        self.busy_s += step_s
+        used = self.config.num_gpu_blocks - 1 - self.kv_cache.pool.num_free_blocks
+        self.kv_block_s += used * step_s
+        if used > self.max_used_blocks:
+            self.max_used_blocks = used
+        if num_lazy_decodes:
+            self._add_itl(step_s, num_lazy_decodes)
+        if self.now >= self._next_sample_s:
+            self._sample()
+
+    def _add_itl(self, gap_s: float, count: int) -> None:
+        key = int(math.log(gap_s) * ITL_BINS_PER_E) if gap_s > 0 else -(10**9)
+        self.itl_hist[key] = self.itl_hist.get(key, 0) + count
+
+    def _sample(self) -> None:
+        scheduler = self.scheduler
+        self.samples.append(
+            (self.now, self.kv_cache.pool.usage, len(scheduler.running), len(scheduler.waiting))
+        )
+        self._next_sample_s = self.now + self.sample_interval_s
+        if len(self.samples) > MAX_SAMPLES:  # keep every other point, sample half as often
+            self.samples = self.samples[::2]
+            self.sample_interval_s *= 2
+
+    # -- fast paths ------------------------------------------------------------------------
+
+    def _before_preempt(self, request: Request) -> None:
+        if request.request_id in self.cohort.members:
+            self.cohort.leave(request, self.step_index)
+
+    def _fast_eligible(self) -> bool:
+        """Every implicit decoder gets its token this step, ahead of any explicit request."""
+        running, members = self.scheduler.running, self.cohort.members
+        if len(members) > self.config.max_num_batched_tokens:
+            return False
+        num_explicit = len(running) - len(members)
+        if num_explicit:
+            for count, request in enumerate(reversed(running.values())):
+                if count == num_explicit:
+                    break
+                if request.request_id in members:
+                    return False
+        return True
+
+    def _explicit_tail(self) -> list[Request]:
+        running, members = self.scheduler.running, self.cohort.members
+        num_explicit = len(running) - len(members)
+        tail: list[Request] = []
+        for request in reversed(running.values()):
+            if len(tail) == num_explicit:
+                break
+            tail.append(request)
+        tail.reverse()
+        return tail
+
+    def _schedule_fast(self, step: int) -> StepPlan:
+        scheduler, cohort = self.scheduler, self.cohort
+        plan = StepPlan()
+        stopped = False
+        for request in cohort.take_events(cohort.block_events, step):
+            if request.request_id not in cohort.members:
+                continue  # preempted earlier in this step
+            cohort.sync(request, step)
+            if not self.kv_cache.append_block(request):
+                if self.kv_cache.enable_prefix_caching:  # the reference path caches as it goes
+                    self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
+                if not scheduler.allocate_or_preempt(request, 1, plan):
+                    stopped = True  # it preempted itself, and everything after it
+                    break
+            cohort.refile_block_event(request, step)
+        num_lazy = len(cohort)
+        budget = self.config.max_num_batched_tokens - num_lazy
+        if not stopped:
+            budget = scheduler.schedule_running(plan, self._explicit_tail(), budget)
+        if not plan.num_preempted:
+            scheduler.admit_waiting(plan, budget)
+        scheduler.advance_computed(plan)
+        plan.num_decode_tokens += num_lazy
+        plan.decode_context += cohort.decode_context(step)
+        plan.num_scheduled_reqs += num_lazy
+        return plan
+
+    def _pure_decode_ready(self) -> bool:
+        """Nothing but the implicit decoders can run at this step boundary."""
+        cohort, scheduler = self.cohort, self.scheduler
+        if not cohort.members or len(cohort.members) != len(scheduler.running):
+            return False
+        next_event = cohort.next_event_step()
+        if next_event is not None and next_event <= self.step_index:
+            return False
+        budget = self.config.max_num_batched_tokens - len(cohort.members)
+        if budget < 0:
+            return False
+        # a blocked queue head stays blocked: no block is freed and no budget or seat appears
+        # before the next event
+        return not scheduler.waiting or not scheduler.can_admit_head(budget)
+
+    def _run_pure_decode(self) -> None:
+        cohort, w = self.cohort, self.weights
+        num_decode = len(cohort.members)
+        step = self.step_index
+        next_event = cohort.next_event_step()
+        last_step = next_event if next_event is not None else step + 10**12
+        next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
+        context = cohort.decode_context(step)
+        base_s = w.base_s + w.decode_token_s * num_decode
+        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
+        log = self.step_log
+        while step < last_step and self.now < next_arrival_s:
+            # the same float operations as StepWeights.step_s(0, 0, num_decode, context, num_decode)
+            step_s = w.base_s + w.decode_token_s * num_decode + context_token_s * context + reqs_s
+            if log is not None:
+                log.add(self.now, 0, 0, num_decode, context, num_decode)
+            self._end_step(step_s, num_decode)
+            step += 1
+            context += num_decode
+        del base_s
