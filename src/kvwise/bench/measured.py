@@ -1,0 +1,86 @@
+"""A measured run, replayed: the requests bench sent, as a simulator workload at their own times.
+
+Each successful request becomes a one-turn session sent at its measured time, with its measured
+prompt and output lengths (the server's usage counts, chat template included), so the simulator
+sees exactly the load the server saw. Prompts are rebuilt from segments so that the prefix
+cache finds what vLLM's found:
+
+* an opening turn: the turn's segments as sent (a shared system prompt keeps its id), then a
+  fresh segment for the tokens the chat template added;
+* a later turn of a session that keeps history: the previous turn's prompt, the previous
+  answer (its measured length, named as the simulator names that request's output), then a
+  fresh segment for the new messages and their template.
+
+When the measured count is below what the segments say (an answer tokenised differently when
+sent back), the prompt is cut to the measured count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvwise.bench.records import RequestRecord
+from kvwise.sim.request import Segment
+from kvwise.sim.runner import OUTPUT_SEG_BASE
+from kvwise.sim.workloads import Session, Turn, Workload
+
+FRESH_SEG_BASE = 2**48  # template tokens and other text seen once (workload ids are small)
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """The successful requests of one run, and the workload that replays them (same order)."""
+
+    records: tuple[RequestRecord, ...]
+    workload: Workload
+
+
+def cut_to(segments: list[Segment], num_tokens: int) -> list[Segment]:
+    """The first `num_tokens` tokens of a segment list."""
+    kept: list[Segment] = []
+    left = num_tokens
+    for seg_id, length in segments:
+        if left <= 0:
+            break
+        kept.append((seg_id, min(length, left)))
+        left -= length
+    return kept
+
+
+def _prompt(record: RequestRecord, base: list[Segment], index: int) -> list[Segment]:
+    measured = record.input_tokens
+    segments = base + [(seg_id, n) for seg_id, n in record.new_segments if n > 0]
+    extra = measured - sum(n for _, n in segments)
+    if extra > 0:
+        return [*segments, (FRESH_SEG_BASE + index, extra)]
+    return cut_to(segments, measured)
+
+
+def measured_run(records: list[RequestRecord], keeps_history: bool = True) -> MeasuredRun:
+    """Replay the successful requests of one run (`keeps_history`: the workload's sessions
+    resend their conversation, as agent and chat sessions do)."""
+    done = sorted((r for r in records if r.is_ok and r.output_tokens), key=lambda r: r.sent_s)
+    # (session, turn) -> (its prompt, its answer's segment)
+    sent: dict[tuple[int, int], tuple[list[Segment], Segment]] = {}
+    sessions: list[Session] = []
+    for index, record in enumerate(done):
+        previous = sent.get((record.session, record.turn - 1)) if keeps_history else None
+        base = [*previous[0], previous[1]] if previous else []
+        prompt = _prompt(record, base, index)
+        output_len = record.output_tokens or 1
+        # the simulator names request i's generated tokens OUTPUT_SEG_BASE + i (replayed
+        # requests are numbered in sending order): the next turn's copy of the answer then hits
+        # the blocks the answer filled, as the re-sent answer does in vLLM
+        sent[(record.session, record.turn)] = (prompt, (OUTPUT_SEG_BASE + index, output_len))
+        sessions.append(
+            Session((Turn(tuple(prompt), output_len, output_len),), keeps_history=False)
+        )
+    start = done[0].sent_s if done else 0.0
+    workload = Workload(
+        "replay",
+        tuple(sessions),
+        tuple(r.sent_s - start for r in done),
+        None,
+        f"replay of {len(done)} measured requests",
+    )
+    return MeasuredRun(tuple(done), workload)
