@@ -157,9 +157,9 @@ def exact_text(counter: TokenCounter, rng: random.Random, num_tokens: int) -> tu
 class SegmentTexts:
     """Text per segment id, the same for every session that names the segment."""
 
-    def __init__(self, counter: TokenCounter, seed: int) -> None:
+    def __init__(self, counter: TokenCounter, salt: int) -> None:
         self.counter = counter
-        self.seed = seed
+        self.salt = salt  # other salt, other text for the same ids
         self._texts: dict[int, tuple[str, int]] = {}
 
     def prepare(self, segments: Iterable[tuple[int, int]]) -> None:
@@ -178,7 +178,7 @@ class SegmentTexts:
     def _entry(self, seg_id: int, num_tokens: int) -> tuple[str, int]:
         entry = self._texts.get(seg_id)
         if entry is None:
-            rng = random.Random(self.seed * 1_000_003 + seg_id)
+            rng = random.Random(self.salt * 1_000_003 + seg_id)
             entry = exact_text(self.counter, rng, num_tokens)
             self._texts[seg_id] = entry
         return entry
