@@ -132,7 +132,9 @@ def direct_rows(
     budget = run.config.engine.max_num_batched_tokens
     cost = run.config.cost
     rows, targets = [], []
-    for record, phase in zip(records, phases, strict=True):
+    for record, phase, is_timed in zip(records, phases, run.measured.is_timed, strict=True):
+        if not is_timed:
+            continue
         assert record.ttft_s is not None
         totals = prefill_step(phase, phases, same_step_s, budget).plus(in_progress(phase, phases))
         row, target = _relative(aggregate_basis(cost, totals), 1.0, record.ttft_s, prior)
@@ -201,6 +203,8 @@ def _replay_all(runs: list[CalibrationRun], coefficients: StepTimeCoefficients) 
         for request_id, record in enumerate(run.measured.records):
             request = simulated.get(request_id)
             if request is None or request.first_token_s is None or record.ttft_s is None:
+                continue
+            if not run.measured.is_timed[request_id]:
                 continue
             decode_s = sum(record.itl_s)
             for row, target in _request_rows(request, record.ttft_s, decode_s, steps, coefficients):

@@ -159,8 +159,10 @@ async def _run_levels(
     workloads = [level_workload(spec, level, seed) for level in levels]
     total = sum(w.num_requests for w in workloads)
     results = []
+    console = Console(stderr=True)
+    # two refreshes a second: the client shares the CPU with the server on small machines
     with Progress(
-        console=Console(stderr=True), disable=not show_progress, transient=True
+        console=console, disable=not show_progress, transient=True, refresh_per_second=2
     ) as progress:
         task = progress.add_task("bench", total=total)
         for level, workload in zip(levels, workloads, strict=True):

@@ -27,12 +27,37 @@ from kvwise.sim.workloads import Session, Turn, Workload
 FRESH_SEG_BASE = 2**48  # template tokens and other text seen once (workload ids are small)
 
 
+BURST_FRACTION = 0.2  # a request whose gaps are this far below the run's was not timed
+
+
 @dataclass(frozen=True)
 class MeasuredRun:
     """The successful requests of one run, and the workload that replays them (same order)."""
 
     records: tuple[RequestRecord, ...]
     workload: Workload
+    is_timed: tuple[bool, ...]  # per record: its stream was read as it came (see `timed`)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[int(q * (len(ordered) - 1))] if ordered else 0.0
+
+
+def timed(records: list[RequestRecord]) -> list[bool]:
+    """Which requests were timed as they were generated. On a busy machine the server's API
+    process (or the client) may not get the CPU while the engine generates, and then streams a
+    whole answer at once: its tokens seem to arrive microseconds apart and the first one late.
+    Such a request's median gap is a small fraction of a step; its times say nothing about the
+    engine's steps, though it still loaded the server (it stays in the replay). The typical
+    step is the upper quartile of the requests' median gaps, so up to three quarters of the
+    requests may be bursts before the test loses its reference."""
+    medians = [_quantile(r.itl_s, 0.5) for r in records if len(r.itl_s) >= 2]
+    typical_gap_s = _quantile(medians, 0.75)
+    return [
+        len(r.itl_s) < 2 or _quantile(r.itl_s, 0.5) >= BURST_FRACTION * typical_gap_s
+        for r in records
+    ]
 
 
 def cut_to(segments: list[Segment], num_tokens: int) -> list[Segment]:
@@ -56,15 +81,14 @@ def _prompt(record: RequestRecord, base: list[Segment], index: int) -> list[Segm
     return cut_to(segments, measured)
 
 
-def measured_run(records: list[RequestRecord], keeps_history: bool = True) -> MeasuredRun:
-    """Replay the successful requests of one run (`keeps_history`: the workload's sessions
-    resend their conversation, as agent and chat sessions do)."""
+def measured_run(records: list[RequestRecord]) -> MeasuredRun:
+    """Replay the successful requests of one run."""
     done = sorted((r for r in records if r.is_ok and r.output_tokens), key=lambda r: r.sent_s)
     # (session, turn) -> (its prompt, its answer's segment)
     sent: dict[tuple[int, int], tuple[list[Segment], Segment]] = {}
     sessions: list[Session] = []
     for index, record in enumerate(done):
-        previous = sent.get((record.session, record.turn - 1)) if keeps_history else None
+        previous = sent.get((record.session, record.turn - 1))
         base = [*previous[0], previous[1]] if previous else []
         prompt = _prompt(record, base, index)
         output_len = record.output_tokens or 1
@@ -83,4 +107,4 @@ def measured_run(records: list[RequestRecord], keeps_history: bool = True) -> Me
         None,
         f"replay of {len(done)} measured requests",
     )
-    return MeasuredRun(tuple(done), workload)
+    return MeasuredRun(tuple(done), workload, tuple(timed(done)))
