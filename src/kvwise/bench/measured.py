@@ -27,7 +27,9 @@ from kvwise.sim.workloads import Session, Turn, Workload
 FRESH_SEG_BASE = 2**48  # template tokens and other text seen once (workload ids are small)
 
 
-BURST_FRACTION = 0.2  # a request whose gaps are this far below the run's was not timed
+# No engine step is this short: chunks closer than this were read back to back from a buffer.
+MIN_STEP_GAP_S = 2.5e-4
+BURST_FRACTION = 0.2  # a request whose gaps are this far below the typical step was not timed
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,8 @@ class MeasuredRun:
 
     records: tuple[RequestRecord, ...]
     workload: Workload
-    is_timed: tuple[bool, ...]  # per record: its stream was read as it came (see `timed`)
+    is_timed: tuple[bool, ...]  # per record: its tokens were seen as they came (see `timed`)
+    typical_gap_s: float | None  # a typical step of the run, from its timed requests
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -44,20 +47,20 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1))] if ordered else 0.0
 
 
-def timed(records: list[RequestRecord]) -> list[bool]:
-    """Which requests were timed as they were generated. On a busy machine the server's API
-    process (or the client) may not get the CPU while the engine generates, and then streams a
-    whole answer at once: its tokens seem to arrive microseconds apart and the first one late.
-    Such a request's median gap is a small fraction of a step; its times say nothing about the
-    engine's steps, though it still loaded the server (it stays in the replay). The typical
-    step is the upper quartile of the requests' median gaps, so up to three quarters of the
-    requests may be bursts before the test loses its reference."""
+def typical_gap(records: list[RequestRecord]) -> float | None:
+    """The upper quartile of the requests' median gaps, bursts left out."""
     medians = [_quantile(r.itl_s, 0.5) for r in records if len(r.itl_s) >= 2]
-    typical_gap_s = _quantile(medians, 0.75)
-    return [
-        len(r.itl_s) < 2 or _quantile(r.itl_s, 0.5) >= BURST_FRACTION * typical_gap_s
-        for r in records
-    ]
+    steps = [m for m in medians if m >= MIN_STEP_GAP_S]
+    return _quantile(steps, 0.75) if steps else None
+
+
+def timed(records: list[RequestRecord], typical_gap_s: float | None) -> list[bool]:
+    """Which requests were timed token by token. On a busy machine the server's API process (or
+    the client) may not get the CPU while the engine generates, and then streams a whole answer
+    at once: its tokens seem to arrive microseconds apart and the first one late. Only the end
+    of such a request is timed (its E2E); it still loaded the server (it stays in the replay)."""
+    floor_s = max(MIN_STEP_GAP_S, BURST_FRACTION * (typical_gap_s or 0.0))
+    return [len(r.itl_s) < 2 or _quantile(r.itl_s, 0.5) >= floor_s for r in records]
 
 
 def cut_to(segments: list[Segment], num_tokens: int) -> list[Segment]:
@@ -107,4 +110,5 @@ def measured_run(records: list[RequestRecord]) -> MeasuredRun:
         None,
         f"replay of {len(done)} measured requests",
     )
-    return MeasuredRun(tuple(done), workload, tuple(timed(done)))
+    typical_gap_s = typical_gap(done)
+    return MeasuredRun(tuple(done), workload, tuple(timed(done, typical_gap_s)), typical_gap_s)

@@ -23,8 +23,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvwise.bench.fitrows import Row, add, relative_row
 from kvwise.bench.records import RequestRecord
-from kvwise.sim.steptime import BASIS_NAMES, StepCost, basis
+from kvwise.bench.replayfit import CalibrationRun
+from kvwise.sim.steptime import BASIS_NAMES, StepCost, StepTimeCoefficients, basis
 
 # basis terms paid once per step whatever its tokens: scaled by the number of steps
 PER_STEP_TERMS = frozenset(
@@ -55,16 +57,30 @@ class Phase:
         return num_decode * (t_s - self.first_s) / (self.last_s - self.first_s)
 
 
-def phase_of(record: RequestRecord, num_cached_tokens: int) -> Phase:
+def phase_of(
+    record: RequestRecord, num_cached_tokens: int, is_timed: bool, typical_gap_s: float | None
+) -> Phase:
+    """The request's phases; for one streamed in a burst, its decode is placed at the end of
+    the request, a typical step per token (or spread over the request without a typical step)."""
     assert record.first_token_s is not None and record.last_token_s is not None
     prompt = record.input_tokens
+    num_output = record.output_tokens or 1
+    first_s, last_s = record.first_token_s, record.last_token_s
+    if not is_timed:
+        last_s = record.finish_s
+        decode_s = (
+            (num_output - 1) * typical_gap_s
+            if typical_gap_s
+            else record.e2el_s * (1 - 1 / num_output)
+        )
+        first_s = max(record.sent_s, last_s - decode_s)
     return Phase(
         sent_s=record.sent_s,
-        first_s=record.first_token_s,
-        last_s=record.last_token_s,
+        first_s=first_s,
+        last_s=last_s,
         finish_s=record.finish_s,
         num_prompt_tokens=prompt,
-        num_output_tokens=record.output_tokens or 1,
+        num_output_tokens=num_output,
         num_uncached_tokens=max(1, prompt - num_cached_tokens),
     )
 
@@ -156,3 +172,32 @@ def in_progress(phase: Phase, others: list[Phase]) -> StepTotals:
         return StepTotals()
     step.num_steps = 1
     return step.scaled(0.5)
+
+
+def direct_rows(
+    run: CalibrationRun, cached: dict[int, int], prior: StepTimeCoefficients
+) -> list[Row]:
+    """Rows from the measured timelines alone: a TTFT and a decode row per timed request, an
+    E2E row per request streamed in a burst."""
+    measured = run.measured
+    phases = [
+        phase_of(r, cached.get(i, 0), measured.is_timed[i], measured.typical_gap_s)
+        for i, r in enumerate(measured.records)
+    ]
+    same_step_s = (measured.typical_gap_s or 0.0) / 2
+    budget = run.config.engine.max_num_batched_tokens
+    cost = run.config.cost
+    rows = []
+    for record, phase, is_timed in zip(measured.records, phases, measured.is_timed, strict=True):
+        assert record.ttft_s is not None
+        first = aggregate_basis(
+            cost, prefill_step(phase, phases, same_step_s, budget).plus(in_progress(phase, phases))
+        )
+        decode = aggregate_basis(cost, decode_window(phase, phases))
+        if not is_timed:
+            rows.append(relative_row(add(first, decode), 1.0, record.e2el_s, prior))
+            continue
+        rows.append(relative_row(first, 1.0, record.ttft_s, prior))
+        if phase.num_output_tokens > 1 and phase.last_s > phase.first_s:
+            rows.append(relative_row(decode, 0.0, phase.last_s - phase.first_s, prior))
+    return rows

@@ -17,6 +17,10 @@ from kvwise.bench.results import BenchResults, RunResult
 from kvwise.bench.summary import COMPARED_KEYS
 from kvwise.bench.svg import Series, cdf_series, line_chart
 
+BURST_NOTE = (
+    "{} answers arrived in one burst (the server's API process or this client was starved of "
+    "CPU): their TTFT and ITL are not token timings; E2E and throughput still are"
+)
 FIGURES = ("completed", "failed", "total_input_tokens", "total_output_tokens", *COMPARED_KEYS)
 SERVER_KEYS = (
     "num_preemptions",
@@ -91,6 +95,10 @@ def terminal_report(results: BenchResults, console: Console) -> None:
     for run in results.runs:
         if run.metrics.get("errors"):
             console.print(f"{level_name(run)} errors: {run.metrics['errors']}")
+        if run.metrics.get("num_burst_streamed"):
+            console.print(
+                f"{level_name(run)}: {BURST_NOTE.format(run.metrics['num_burst_streamed'])}"
+            )
         if run.prediction is not None:
             console.print(f"{level_name(run)} prediction: {run.prediction['coefficients']}")
 

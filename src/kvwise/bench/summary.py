@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from kvwise.bench.measured import timed, typical_gap
 from kvwise.bench.records import RequestRecord
 from kvwise.sim.metrics import percentile
 
@@ -62,5 +63,7 @@ def summarize(records: list[RequestRecord]) -> dict[str, Any]:
     cached = [r.cached_tokens for r in done if r.cached_tokens is not None]
     if cached:
         metrics["total_cached_tokens"] = sum(cached)
+    # answers streamed in one burst (a CPU-starved server or client): not timed token by token
+    metrics["num_burst_streamed"] = timed(done, typical_gap(done)).count(False)
     metrics["errors"] = dict(Counter(r.error for r in records if r.error is not None))
     return metrics
