@@ -59,18 +59,17 @@ class EngineConfig:
 class StepLog:
     """Per-step token counts and start times, kept only when fitting step-time coefficients."""
 
-    __slots__ = ("context", "decode", "pairs_x2", "prefill", "reqs", "start_s")
+    __slots__ = ("context", "pairs_x2", "reqs", "start_s", "tokens")
 
     def __init__(self) -> None:
-        self.prefill, self.pairs_x2 = array("q"), array("q")
-        self.decode, self.context, self.reqs = array("q"), array("q"), array("q")
+        self.tokens, self.pairs_x2 = array("q"), array("q")
+        self.context, self.reqs = array("q"), array("q")
         self.start_s = array("d")
 
-    def add(self, start_s: float, prefill: int, pairs_x2: int, decode: int, context: int, reqs: int) -> None:
+    def add(self, start_s: float, tokens: int, pairs_x2: int, context: int, reqs: int) -> None:
         self.start_s.append(start_s)
-        self.prefill.append(prefill)
+        self.tokens.append(tokens)
         self.pairs_x2.append(pairs_x2)
-        self.decode.append(decode)
         self.context.append(context)
         self.reqs.append(reqs)
 
@@ -161,17 +160,13 @@ class Engine:
         for request in plan.scheduled:
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = start
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
         step_s = self.weights.step_s(
-            plan.num_prefill_tokens,
-            plan.prefill_attention_x2,
-            plan.num_decode_tokens,
-            plan.decode_context,
-            plan.num_scheduled_reqs,
+            num_tokens, plan.prefill_attention_x2, plan.decode_context, plan.num_scheduled_reqs
         )
         if self.step_log is not None:
             self.step_log.add(
-                start, plan.num_prefill_tokens, plan.prefill_attention_x2,
-                plan.num_decode_tokens, plan.decode_context, plan.num_scheduled_reqs,
+                start, num_tokens, plan.prefill_attention_x2, plan.decode_context, plan.num_scheduled_reqs
             )
         self._end_step(step_s, num_lazy)
         self._apply_outputs(plan, step, step_s)
@@ -309,15 +304,16 @@ class Engine:
         last_step = next_event if next_event is not None else step + 10**12
         next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
         context = cohort.decode_context(step)
-        base_s = w.base_s + w.decode_token_s * num_decode
+        # StepWeights.step_s(num_decode, 0, context, num_decode) with its constant part hoisted:
+        # the same float operations in the same order, so the same result bit for bit
+        excess = w.gemm_token_s * num_decode - w.weight_read_s
+        fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
         context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
         log = self.step_log
         while step < last_step and self.now < next_arrival_s:
-            # the same float operations as StepWeights.step_s(0, 0, num_decode, context, num_decode)
-            step_s = w.base_s + w.decode_token_s * num_decode + context_token_s * context + reqs_s
+            step_s = fixed_s + context_token_s * context + reqs_s
             if log is not None:
-                log.add(self.now, 0, 0, num_decode, context, num_decode)
+                log.add(self.now, num_decode, 0, context, num_decode)
             self._end_step(step_s, num_decode)
             step += 1
             context += num_decode
-        del base_s

@@ -8,19 +8,22 @@ This is the "trained physics" shape of BLIS (inference-sim; reference/simulator_
 linear in the coefficients, so `kvwise calibrate` fits them by least squares from measured step
 or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
 
-    weight_read         weight bytes / HBM bandwidth (read once per step, whatever the batch)
+    weight_read         weight bytes / HBM bandwidth: every step streams all weights once
     kv_read             KV bytes read by decode tokens / HBM bandwidth
-    prefill_compute     (2 x active params x prefill tokens + attention FLOPs) / peak FLOP/s
-    decode_compute      (2 x active params x decode tokens + attention FLOPs) / peak FLOP/s
+    gemm_compute        GEMM time beyond the weight read: max(0, 2 x active params x tokens /
+                        peak FLOP/s - weight_read). Small batches are bound by reading the
+                        weights; past the roofline ridge (a few hundred tokens) compute takes
+                        over. A plain sum of both would double-count every prefill chunk.
+    attention_compute   attention FLOPs (prefill query-key pairs and decode context) / peak
     allreduce           tensor-parallel all-reduce bytes / interconnect bandwidth
     allreduce_call_s    number of all-reduces (2 per layer when TP > 1): latency per call
     step_overhead_s     1 per step: scheduling, input preparation, sampling launch, output
     layer_overhead_s    layers per step: kernel launches not hidden by CUDA graphs
     request_overhead_s  requests in the step: per-sequence CPU and sampler work
 
-Because every basis term is linear in the step's token counts, the engine evaluates a step as
-`StepWeights`: six numbers applied to (1, prefill tokens, prefill attention pairs, decode
-tokens, decode context tokens, requests). Same inputs, same float operations, same result.
+The engine evaluates a step through `StepWeights`, the same terms folded per token count:
+(tokens, prefill attention pairs, decode context tokens, requests). Same inputs, same float
+operations, same result.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from kvwise.core.weights import active_params
 BASIS_NAMES = (
     "weight_read",
     "kv_read",
-    "prefill_compute",
-    "decode_compute",
+    "gemm_compute",
+    "attention_compute",
     "allreduce",
     "allreduce_call_s",
     "step_overhead_s",
@@ -48,15 +51,16 @@ BASIS_NAMES = (
 class StepTimeCoefficients:
     """Efficiencies (dimensionless multipliers of roofline times) and overheads (seconds).
 
-    The defaults are fitted by `benchmarks/fit_steptime.py` on the training half of
-    shared/validation/serving_benchmarks.jsonl (see DEFAULT_COEFFICIENTS_SOURCE).
+    These defaults are the physical prior (typical efficiencies from the roofline literature,
+    reference/simulator_notes.md §3) that `benchmarks/fit_steptime.py` starts from and shrinks
+    towards; the fitted sets kvwise ships are in `coefficients.py`.
     """
 
-    weight_read: float = 1.2
-    kv_read: float = 1.2
-    prefill_compute: float = 1.6
-    decode_compute: float = 0.3
-    allreduce: float = 1.0
+    weight_read: float = 1.15  # HBM reaches ~85-90 % of its datasheet bandwidth in decode
+    kv_read: float = 1.3  # paged-attention reads are scattered: a little less efficient
+    gemm_compute: float = 1.4  # large GEMMs reach ~70 % of dense peak
+    attention_compute: float = 2.0  # FlashAttention kernels ~50 % of peak
+    allreduce: float = 1.5
     allreduce_call_s: float = 20e-6
     step_overhead_s: float = 2e-3
     layer_overhead_s: float = 0.0
@@ -94,18 +98,16 @@ def step_cost(
     gpu: GpuSpec,
     *,
     weight_bytes_per_rank: int,
-    kv_dtype_bytes: int,
+    kv_bytes_per_token: int,
     tensor_parallel_size: int = 1,
     use_fp8_compute: bool = False,
 ) -> StepCost:
     tp = tensor_parallel_size
     peak_flops = gpu.fp8_flops if use_fp8_compute and gpu.fp8_flops else gpu.bf16_flops
     bandwidth = gpu.bandwidth_bytes_s
-    # K and V, per layer, per KV head on this rank (heads are replicated when fewer than ranks).
-    # Sliding-window layers read at most their window; every validation context is shorter than
-    # the windows of the catalog's sliding models (4096+), so all layers count in full.
-    kv_heads_rank = max(1, model.num_kv_heads // tp)
-    kv_bytes_per_token = 2 * model.num_layers * kv_heads_rank * model.head_dim * kv_dtype_bytes
+    # kv_bytes_per_token: K and V of every layer on this rank (the planner's figure). Sliding-
+    # window layers read at most their window; every validation context is shorter than the
+    # windows of the catalog's sliding models (4096+), so all layers count in full.
     heads_rank = model.num_attention_heads // tp
     # QK^T and AV: 2 FLOPs per multiply-add, head_dim each, per query-key pair, per head, per layer
     attention_flops_per_pair = 4 * model.num_layers * heads_rank * model.head_dim
@@ -127,25 +129,29 @@ def step_cost(
 
 def basis(
     cost: StepCost,
-    num_prefill_tokens: int,
+    num_tokens: int,
     prefill_attention_x2: int,
-    num_decode_tokens: int,
     decode_context: int,
     num_reqs: int,
+    num_steps: int = 1,
 ) -> tuple[float, ...]:
     """The basis terms of one step (order of BASIS_NAMES), for fitting and explaining."""
     return (
-        cost.weight_read_s,
+        cost.weight_read_s * num_steps,
         cost.kv_read_s_per_token * decode_context,
-        cost.linear_s_per_token * num_prefill_tokens
-        + cost.attention_s_per_pair * prefill_attention_x2 / 2,
-        cost.linear_s_per_token * num_decode_tokens + cost.attention_s_per_pair * decode_context,
-        cost.allreduce_s_per_token * (num_prefill_tokens + num_decode_tokens),
-        float(cost.allreduce_calls),
-        1.0,
-        float(cost.num_layers),
+        gemm_excess_s(cost, num_tokens) * num_steps,
+        cost.attention_s_per_pair * (prefill_attention_x2 / 2 + decode_context),
+        cost.allreduce_s_per_token * num_tokens,
+        float(cost.allreduce_calls * num_steps),
+        float(num_steps),
+        float(cost.num_layers * num_steps),
         float(num_reqs),
     )
+
+
+def gemm_excess_s(cost: StepCost, num_tokens: int) -> float:
+    """GEMM compute time of a step beyond the time it takes to read the weights."""
+    return max(0.0, cost.linear_s_per_token * num_tokens - cost.weight_read_s)
 
 
 def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) -> float:
@@ -154,22 +160,25 @@ def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) ->
 
 @dataclass(frozen=True)
 class StepWeights:
-    """step_s = base + prefill_token * P + prefill_pair_x2 * A2 + decode_token * D
-    + context_token * C + request * R (the basis terms, folded per token count)."""
+    """step_s = base + token * T + gemm * max(0, T * gemm_token - weight_read)
+    + pair_x2 * A2 + context_token * C + request * R (the basis terms, folded)."""
 
     base_s: float
-    prefill_token_s: float
-    prefill_pair_x2_s: float
-    decode_token_s: float
+    token_s: float
+    gemm: float
+    gemm_token_s: float
+    weight_read_s: float
+    pair_x2_s: float
     context_token_s: float
     request_s: float
 
-    def step_s(self, prefill: int, pairs_x2: int, decode: int, context: int, reqs: int) -> float:
+    def step_s(self, tokens: int, pairs_x2: int, context: int, reqs: int) -> float:
+        excess = self.gemm_token_s * tokens - self.weight_read_s
         return (
             self.base_s
-            + self.prefill_token_s * prefill
-            + self.prefill_pair_x2_s * pairs_x2
-            + self.decode_token_s * decode
+            + self.token_s * tokens
+            + (self.gemm * excess if excess > 0 else 0.0)
+            + self.pair_x2_s * pairs_x2
             + self.context_token_s * context
             + self.request_s * reqs
         )
@@ -181,9 +190,11 @@ def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
         + c.allreduce_call_s * cost.allreduce_calls
         + c.step_overhead_s
         + c.layer_overhead_s * cost.num_layers,
-        prefill_token_s=c.prefill_compute * cost.linear_s_per_token + c.allreduce * cost.allreduce_s_per_token,
-        prefill_pair_x2_s=c.prefill_compute * cost.attention_s_per_pair / 2,
-        decode_token_s=c.decode_compute * cost.linear_s_per_token + c.allreduce * cost.allreduce_s_per_token,
-        context_token_s=c.kv_read * cost.kv_read_s_per_token + c.decode_compute * cost.attention_s_per_pair,
+        token_s=c.allreduce * cost.allreduce_s_per_token,
+        gemm=c.gemm_compute,
+        gemm_token_s=cost.linear_s_per_token,
+        weight_read_s=cost.weight_read_s,
+        pair_x2_s=c.attention_compute * cost.attention_s_per_pair / 2,
+        context_token_s=c.kv_read * cost.kv_read_s_per_token + c.attention_compute * cost.attention_s_per_pair,
         request_s=c.request_overhead_s,
     )
