@@ -28,16 +28,25 @@ from tests.bench.simulated import (
 )
 
 PRIOR = StepTimeCoefficients()
-# a CPU-like engine: milliseconds per step and per decode token, slow prefill, a long API hop
+# a CPU-like engine: milliseconds per step and per request in it, slow GEMMs and attention,
+# a long API hop
 TRUTH = replace(
     PRIOR,
     step_overhead_s=5e-3,
-    prefill_compute=5000.0,
-    decode_compute=50000.0,
+    gemm_compute=1000.0,
+    attention_compute=2000.0,
     kv_read=300.0,
+    request_overhead_s=1e-3,
     api_overhead_s=0.02,
 )
-FITTED = ("step_overhead_s", "prefill_compute", "decode_compute", "kv_read", "api_overhead_s")
+FITTED = (
+    "step_overhead_s",
+    "gemm_compute",
+    "attention_compute",
+    "kv_read",
+    "request_overhead_s",
+    "api_overhead_s",
+)
 
 
 def agent_spec(max_concurrency: int) -> WorkloadSpec:
@@ -45,7 +54,7 @@ def agent_spec(max_concurrency: int) -> WorkloadSpec:
         kind="agent",
         sessions=4,
         turns=4,
-        system_prompt_tokens=300,
+        system_prompt_tokens=800,  # first turns prefill past the roofline ridge (GEMM time)
         user_tokens=40,
         tool_output_tokens=100,
         output_len=24,

@@ -60,7 +60,7 @@ def assemble(
     """Coefficients from the fitted values (`fitrows.COLUMNS` order). The step constant keeps
     the weight read, then the per-layer overhead, at their prior values as far as it covers them
     (so a quantised or tensor-parallel variant still scales); the rest is step_overhead_s."""
-    constant_s, prefill, decode, kv, api_s = theta
+    constant_s, gemm, attention, kv, request_s, api_s = theta
     weight_read = prior.weight_read
     if cost.weight_read_s > 0:
         weight_read = min(prior.weight_read, constant_s / cost.weight_read_s)
@@ -72,9 +72,10 @@ def assemble(
         weight_read=weight_read,
         layer_overhead_s=layer_s,
         step_overhead_s=max(left_s, 0.0),
-        prefill_compute=prefill,
-        decode_compute=decode,
+        gemm_compute=gemm,
+        attention_compute=attention,
         kv_read=kv,
+        request_overhead_s=request_s,
         api_overhead_s=api_s,
     )
 

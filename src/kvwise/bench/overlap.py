@@ -26,13 +26,20 @@ from dataclasses import dataclass
 from kvwise.bench.fitrows import Row, add, relative_row
 from kvwise.bench.records import RequestRecord
 from kvwise.bench.replayfit import CalibrationRun
-from kvwise.sim.steptime import BASIS_NAMES, StepCost, StepTimeCoefficients, basis
+from kvwise.sim.steptime import (
+    BASIS_NAMES,
+    StepCost,
+    StepTimeCoefficients,
+    basis,
+    gemm_excess_s,
+)
 
 # basis terms paid once per step whatever its tokens: scaled by the number of steps
 PER_STEP_TERMS = frozenset(
     BASIS_NAMES.index(name)
     for name in ("weight_read", "allreduce_call_s", "step_overhead_s", "layer_overhead_s")
 )
+GEMM = BASIS_NAMES.index("gemm_compute")
 
 
 @dataclass(frozen=True)
@@ -124,9 +131,16 @@ class StepTotals:
 
 def aggregate_basis(cost: StepCost, totals: StepTotals) -> list[float]:
     """The basis terms summed over the steps: per-step terms times the number of steps, the
-    others (linear in token counts) from the totals."""
-    terms = basis(cost, totals.prefill, totals.pairs_x2, totals.decode, totals.context, totals.reqs)  # type: ignore[arg-type]
-    return [t * totals.num_steps if i in PER_STEP_TERMS else t for i, t in enumerate(terms)]
+    terms linear in token counts from the totals, and the GEMM excess (not linear: zero below
+    the roofline ridge) from the mean tokens per step, times the steps."""
+    tokens = totals.prefill + totals.decode
+    counts = (round(tokens), round(totals.pairs_x2), round(totals.context), round(totals.reqs))
+    terms = list(basis(cost, *counts))
+    terms = [t * totals.num_steps if i in PER_STEP_TERMS else t for i, t in enumerate(terms)]
+    if totals.num_steps:
+        mean_tokens = round(tokens / totals.num_steps)
+        terms[GEMM] = totals.num_steps * gemm_excess_s(cost, mean_tokens)
+    return terms
 
 
 def decode_window(phase: Phase, others: list[Phase]) -> StepTotals:

@@ -49,7 +49,7 @@ class StepSums:
     def __init__(self, result: SimResult, coefficients: StepTimeCoefficients) -> None:
         log = result.engine.step_log
         assert log is not None, "replays run with record_steps=True"
-        steps = zip(log.prefill, log.pairs_x2, log.decode, log.context, log.reqs, strict=True)
+        steps = zip(log.tokens, log.pairs_x2, log.context, log.reqs, strict=True)
         self.terms = [basis(result.config.cost, *counts) for counts in steps]
         self.start_s = list(log.start_s)
         self.duration_s = [apply(coefficients, t) for t in self.terms]
