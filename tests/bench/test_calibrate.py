@@ -15,8 +15,10 @@ from kvwise.bench.predict import deployed
 from kvwise.bench.results import BenchResults, RunResult, ServerInfo, write_results
 from kvwise.bench.summary import summarize
 from kvwise.cli import main
+from kvwise.core.calibration import Calibration, calibration_path, save_calibration
 from kvwise.core.catalog import load_model
 from kvwise.core.gpus import find_gpu
+from kvwise.errors import DataError
 from kvwise.sim.steptime import StepTimeCoefficients
 from kvwise.sim.workloads import WorkloadSpec
 from tests.bench.simulated import (
@@ -146,3 +148,21 @@ def test_calibrate_rejects_a_file_that_is_not_bench_results(
     path.write_text('{"model": "x"}')
     assert main(["calibrate", str(path), "--gpu", "rtx4090", "--model", TINY_CONFIG]) == 2
     assert "not a kvwise bench results file" in capsys.readouterr().err
+
+
+def test_an_entry_fitted_for_another_step_time_model_asks_for_a_new_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    save_calibration(
+        Calibration(
+            gpu="RTX 4090",
+            model="tiny-qwen2",
+            coefficients={"prefill_compute": 2.0},  # a term the step-time model no longer has
+            fitted_at="2026-11-30T10:00:00+00:00",
+            path=calibration_path(),
+        )
+    )
+    server = ServerInfo(url="", model="tiny", cache_config=TINY_CACHE_CONFIG)
+    with pytest.raises(DataError, match="run kvwise calibrate again"):
+        deployed(load_model(TINY_CONFIG), find_gpu("rtx4090"), TINY_FLAGS, server)

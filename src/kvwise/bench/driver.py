@@ -111,8 +111,11 @@ class _Run:
                 await asyncio.sleep(turn.think_time_s)
             new = turn_messages(turn, turn_index == 0, self.texts)
             messages = history + new if session.keeps_history else new
+            # with ignore_eos the model generates exactly max_tokens: the turn's output length,
+            # as the simulator assumes; without, the workload's max_tokens and the model decides
+            max_tokens = turn.output_len if self.target.ignore_eos else turn.max_tokens
             body = chat_body(
-                self.target.model, messages, turn.output_len, ignore_eos=self.target.ignore_eos
+                self.target.model, messages, max_tokens, ignore_eos=self.target.ignore_eos
             )
             outcome = await stream_chat(client, self.target.chat_url, body, self.clock_start)
             new_tokens = _planned_tokens(turn.new_segments, self.texts)

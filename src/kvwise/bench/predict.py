@@ -16,10 +16,11 @@ from typing import Any
 
 from kvwise.bench.results import ServerInfo
 from kvwise.bench.summary import COMPARED_KEYS
-from kvwise.core.calibration import load_calibration
+from kvwise.core.calibration import Calibration, load_calibration
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
+from kvwise.errors import DataError
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimConfig, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
@@ -32,6 +33,18 @@ class Deployed:
 
     config: SimConfig
     coefficients_source: str  # "calibrated: ..." or "defaults for GPU"
+
+
+def calibrated_coefficients(calibration: Calibration) -> StepTimeCoefficients:
+    """The stored coefficients; a DataError when they name terms this kvwise does not have (a
+    file written by another version of the step-time model)."""
+    try:
+        return StepTimeCoefficients(**calibration.coefficients)
+    except TypeError as exc:
+        raise DataError(
+            f"{calibration.path}: the {calibration.gpu} / {calibration.model} entry was fitted for "
+            "another step-time model; run kvwise calibrate again"
+        ) from exc
 
 
 def server_flags(flags: VllmFlags, server: ServerInfo) -> VllmFlags:
@@ -55,7 +68,7 @@ def deployed(
     if coefficients is None:
         calibration = load_calibration(gpu.name, model.model_id)
         if calibration is not None:
-            coefficients = StepTimeCoefficients(**calibration.coefficients)
+            coefficients = calibrated_coefficients(calibration)
             source = f"calibrated: {calibration.describe()}"
         else:
             source = f"defaults for {gpu.name} (not calibrated)"
