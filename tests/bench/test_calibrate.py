@@ -41,14 +41,17 @@ TRUTH = replace(
     request_overhead_s=1e-3,
     api_overhead_s=0.02,
 )
-FITTED = (
-    "step_overhead_s",
-    "gemm_compute",
-    "attention_compute",
-    "kv_read",
-    "request_overhead_s",
-    "api_overhead_s",
-)
+# coefficient -> relative tolerance. Per step, per request and per TTFT the data pin them
+# down; the two prefill terms trade off against each other (GEMM past the ridge and attention
+# both grow with the first turn's prompt), so they come out within 10 %
+FITTED = {
+    "step_overhead_s": 0.03,
+    "request_overhead_s": 0.03,
+    "api_overhead_s": 0.03,
+    "kv_read": 0.05,
+    "gemm_compute": 0.1,
+    "attention_compute": 0.1,
+}
 
 
 def agent_spec(max_concurrency: int) -> WorkloadSpec:
@@ -71,9 +74,9 @@ def test_fit_recovers_the_coefficients_that_made_the_measurements() -> None:
         for c in (1, 2, 4)
     ]
     result = fit(runs, PRIOR)
-    for name in FITTED:
+    for name, tolerance in FITTED.items():
         assert getattr(result.coefficients, name) == pytest.approx(
-            getattr(TRUTH, name), rel=0.03
+            getattr(TRUTH, name), rel=tolerance
         ), name
     assert result.error_before["tpot"] > 0.5  # GPU defaults on a CPU-like engine
     assert max(result.error_after.values()) < 0.01

@@ -94,7 +94,8 @@ def phase_of(
 
 @dataclass
 class StepTotals:
-    """Token totals over some steps (the arguments of `steptime.basis`, summed)."""
+    """Token totals over some steps (the arguments of `steptime.basis`, summed), and the size of
+    each prefill among them (the GEMM time of a step is not linear in its tokens)."""
 
     num_steps: float = 0.0
     prefill: float = 0.0
@@ -102,11 +103,13 @@ class StepTotals:
     decode: float = 0.0
     context: float = 0.0
     reqs: float = 0.0
+    prefill_sizes: tuple[int, ...] = ()
 
     def add_prefill(self, phase: Phase) -> None:
         computed = phase.num_uncached_tokens
         cached = phase.num_prompt_tokens - computed
         self.prefill += computed
+        self.prefill_sizes += (computed,)
         # causal query-key pairs of the chunk, twice (the simulator's prefill_attention_x2)
         self.pairs_x2 += computed * (2 * cached + computed + 1)
         self.reqs += 1
@@ -120,26 +123,40 @@ class StepTotals:
         self.context += (after - before) * (phase.num_prompt_tokens + (before + after) / 2)
         self.reqs += after - before
 
+    def _counts(self) -> tuple[float, ...]:
+        return (self.num_steps, self.prefill, self.pairs_x2, self.decode, self.context, self.reqs)
+
+    @classmethod
+    def _of(cls, counts: list[float], prefill_sizes: tuple[int, ...] = ()) -> StepTotals:
+        steps, prefill, pairs_x2, decode, context, reqs = counts
+        return cls(steps, prefill, pairs_x2, decode, context, reqs, prefill_sizes)
+
     def scaled(self, factor: float) -> StepTotals:
-        return StepTotals(*(factor * v for v in vars(self).values()))
+        """The same steps `factor` times (prefills are not repeated: callers add them after)."""
+        assert not self.prefill_sizes, "scale decode-only totals"
+        return StepTotals._of([factor * v for v in self._counts()])
 
     def plus(self, other: StepTotals) -> StepTotals:
-        return StepTotals(
-            *(a + b for a, b in zip(vars(self).values(), vars(other).values(), strict=True))
-        )
+        counts = [a + b for a, b in zip(self._counts(), other._counts(), strict=True)]
+        return StepTotals._of(counts, self.prefill_sizes + other.prefill_sizes)
 
 
 def aggregate_basis(cost: StepCost, totals: StepTotals) -> list[float]:
     """The basis terms summed over the steps: per-step terms times the number of steps, the
-    terms linear in token counts from the totals, and the GEMM excess (not linear: zero below
-    the roofline ridge) from the mean tokens per step, times the steps."""
+    terms linear in token counts from the totals. The GEMM excess is not linear (zero below
+    the roofline ridge): every step has the mean decode batch, and each prefill adds its
+    tokens to one of them."""
     tokens = totals.prefill + totals.decode
     counts = (round(tokens), round(totals.pairs_x2), round(totals.context), round(totals.reqs))
     terms = list(basis(cost, *counts))
     terms = [t * totals.num_steps if i in PER_STEP_TERMS else t for i, t in enumerate(terms)]
     if totals.num_steps:
-        mean_tokens = round(tokens / totals.num_steps)
-        terms[GEMM] = totals.num_steps * gemm_excess_s(cost, mean_tokens)
+        batch = totals.decode / totals.num_steps
+        base_s = gemm_excess_s(cost, round(batch))
+        extra_s = sum(
+            gemm_excess_s(cost, round(batch + size)) - base_s for size in totals.prefill_sizes
+        )
+        terms[GEMM] = totals.num_steps * base_s + extra_s
     return terms
 
 
