@@ -6,13 +6,16 @@ Kept short for CI on two cores: a few sessions, a few turns, 16-24 output tokens
 from __future__ import annotations
 
 import itertools
+import random
 import re
 import xml.dom.minidom
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kvwise.bench.predict import deployed, predict, relative_errors
+from kvwise.bench.prompts import ServerTokenizer, exact_text
 from kvwise.bench.results import BenchResults, read_results
 from kvwise.cli import main
 from kvwise.core.catalog import load_model
@@ -157,3 +160,12 @@ def test_calibrated_simulation_is_closer_to_the_cpu_engine(
         )
     assert errors["calibrated"] < errors["shipped"]
     assert fit_on.runs[0].metrics["completed"] == 12
+
+
+def test_without_a_tokenizer_file_the_servers_tokenize_counts_exactly(
+    vllm_engine: EngineProcess,
+) -> None:
+    with httpx.Client(timeout=30.0) as client:
+        counter = ServerTokenizer(client, vllm_engine.url, "tiny")
+        text, count = exact_text(counter, random.Random(0), 57)
+        assert count == 57 and len(counter.encode(text)) == 57

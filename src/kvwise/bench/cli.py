@@ -92,7 +92,9 @@ def base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def choose_counter(args: argparse.Namespace, server: ServerInfo) -> TokenCounter:
+def choose_counter(
+    args: argparse.Namespace, server: ServerInfo, client: httpx.Client
+) -> TokenCounter:
     """The model's tokenizer.json when one is at hand, else the server's /tokenize, else an
     estimate (the server's usage fields still give the real counts)."""
     path = find_local_tokenizer(args.tokenizer, server.model_root, args.sim_model)
@@ -103,7 +105,7 @@ def choose_counter(args: argparse.Namespace, server: ServerInfo) -> TokenCounter
             return LocalTokenizer(path)
         except UsageError as exc:
             print(f"kvwise bench: note: {exc}; asking the server instead", file=sys.stderr)
-    counter = ServerTokenizer(httpx.Client(timeout=30.0), server.url, server.model)
+    counter = ServerTokenizer(client, server.url, server.model)
     try:
         counter.encode(" hello")
     except Exception:  # any failure: the server has no usable /tokenize
@@ -123,10 +125,11 @@ def run(argv: list[str]) -> int:
         raise UsageError("--predict needs --gpu (the GPU the server runs on)")
     server = asyncio.run(discover(base_url(args.url), args.model, args.api_key))
     server = server.model_copy(update={"flags": flags.set_values()})
-    counter = choose_counter(args, server)
     target = Target(server.url, server.model, args.api_key, args.ignore_eos, args.timeout_s)
     levels: list[int | None] = list(args.max_concurrency or [spec.max_concurrency])
-    runs = asyncio.run(_run_levels(target, spec, levels, args.seed, counter, args.progress))
+    with httpx.Client(timeout=30.0, headers=target.headers()) as client:  # for /tokenize
+        counter = choose_counter(args, server, client)
+        runs = asyncio.run(_run_levels(target, spec, levels, args.seed, counter, args.progress))
     results = BenchResults(
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         kvwise_version=__version__,
