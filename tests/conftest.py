@@ -8,11 +8,16 @@ by PID.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.engine_fixture import EngineProcess, RedisProcess
+
+# Tests never reach the Hugging Face hub (huggingface_hub comes with `tokenizers`): offline, a
+# typo'd hub id would otherwise spend seconds in the hub client's retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 _REPORT: list[str] = []
 
