@@ -32,7 +32,7 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 
 def _label(value: float) -> str:
-    return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.2e}"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 class _Frame:
