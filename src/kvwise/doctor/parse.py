@@ -157,7 +157,12 @@ def _engine(log: LogText, version: str | None) -> str | None:
     if sources.intersection(_V1_SOURCES) or any(mark in log.joined for mark in v1_marks):
         return "V1"
     # V0's KV-fit error ("... can be stored in KV cache (N)") never appeared in V1 (0.5.0-0.10.2)
-    v0_marks = ("# GPU blocks", "Loading model weights took", "/vllm/worker/", "that can be stored in KV cache (")
+    v0_marks = (
+        "# GPU blocks",
+        "Loading model weights took",
+        "/vllm/worker/",
+        "that can be stored in KV cache (",
+    )
     if sources.intersection(_V0_SOURCES) or any(mark in log.joined for mark in v0_marks):
         return "V0"
     if match:  # "Initializing an LLM engine" without V0/V1: before 0.8
