@@ -16,11 +16,9 @@ from typing import Any
 
 from kvwise.bench.results import ServerInfo
 from kvwise.bench.summary import COMPARED_KEYS
-from kvwise.core.calibration import Calibration, load_calibration
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
-from kvwise.errors import DataError
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimConfig, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
@@ -32,19 +30,7 @@ class Deployed:
     """The simulated replica of the server under test, and where its step times come from."""
 
     config: SimConfig
-    coefficients_source: str  # "calibrated: ..." or "defaults for GPU"
-
-
-def calibrated_coefficients(calibration: Calibration) -> StepTimeCoefficients:
-    """The stored coefficients; a DataError when they name terms this kvwise does not have (a
-    file written by another version of the step-time model)."""
-    try:
-        return StepTimeCoefficients(**calibration.coefficients)
-    except TypeError as exc:
-        raise DataError(
-            f"{calibration.path}: the {calibration.gpu} / {calibration.model} entry was fitted for "
-            "another step-time model; run kvwise calibrate again"
-        ) from exc
+    coefficients_source: str  # the user's calibration, or the shipped set (sim.deploy says which)
 
 
 def server_flags(flags: VllmFlags, server: ServerInfo) -> VllmFlags:
@@ -64,14 +50,6 @@ def deployed(
 ) -> Deployed:
     """The replica as simulated; `coefficients` overrides the calibration lookup (calibrate's
     prior is the uncalibrated set)."""
-    source = "given"
-    if coefficients is None:
-        calibration = load_calibration(gpu.name, model.model_id)
-        if calibration is not None:
-            coefficients = calibrated_coefficients(calibration)
-            source = f"calibrated: {calibration.describe()}"
-        else:
-            source = f"defaults for {gpu.name} (not calibrated)"
     result = deployment(
         model,
         gpu,
@@ -80,7 +58,7 @@ def deployed(
         coefficients=coefficients,
         num_gpu_blocks=server.num_gpu_blocks(),
     )
-    return Deployed(result.config, source)
+    return Deployed(result.config, result.coefficients_note)
 
 
 def predict(

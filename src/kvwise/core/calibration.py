@@ -60,7 +60,7 @@ class Calibration:
     def describe(self) -> str:
         """One line for reports: "calibrated from N requests on DATE (FILE)"."""
         return (
-            f"step time calibrated for {self.gpu} / {self.model} from {self.num_requests} "
+            f"calibrated step time for {self.gpu} / {self.model} from {self.num_requests} "
             f"measured requests ({self.fitted_at[:10]}, {self.path})"
         )
 

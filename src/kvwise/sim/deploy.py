@@ -15,6 +15,7 @@ from kvwise.core.models import ModelSpec
 from kvwise.errors import InvalidFlagError
 from kvwise.planner import Plan, plan
 from kvwise.planner.defaults import parse_version
+from kvwise.sim.calibrated import user_calibration
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.engine import EngineConfig
 from kvwise.sim.runner import SimConfig
@@ -34,6 +35,7 @@ EAGER_LAYER_OVERHEAD_S = 50e-6
 class Deployment:
     config: SimConfig
     plan: Plan
+    coefficients_note: str = ""  # where the step-time coefficients come from, for reports
 
 
 def _reserve_full_isl(version: str) -> bool:
@@ -87,10 +89,24 @@ def deployment(
         tensor_parallel_size=resolved.tensor_parallel_size,
         use_fp8_compute=_uses_fp8_compute(model, gpu),
     )
-    chosen = coefficients or coefficients_for(gpu, resolved.tensor_parallel_size)
+    chosen, note = _coefficients(model, gpu, resolved.tensor_parallel_size, coefficients)
     if resolved.enforce_eager:
         # without CUDA graphs every layer's kernels are launched from Python each step (the
         # fitted sets come from runs with graphs)
         chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
     config = SimConfig(engine, cost, chosen, label)
-    return Deployment(config, result)
+    return Deployment(config, result, note)
+
+
+def _coefficients(
+    model: ModelSpec, gpu: GpuSpec, tp: int, given: StepTimeCoefficients | None
+) -> tuple[StepTimeCoefficients, str]:
+    """Given coefficients, else the user's calibration (`kvwise calibrate`), else shipped ones."""
+    if given is not None:
+        return given, "step time: coefficients given by the caller"
+    calibrated = user_calibration(gpu.name, model.model_id)
+    if calibrated is not None:
+        return calibrated
+    return coefficients_for(
+        gpu, tp
+    ), f"step time: shipped coefficients for {gpu.name} (not calibrated)"
