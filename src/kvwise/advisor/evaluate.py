@@ -30,6 +30,7 @@ class Evaluation:
     plan: Plan
     metrics: dict[str, Any] | None  # None: vLLM would not start, nothing to simulate
     note: str = ""
+    step_time: str = ""  # which step-time coefficients the simulation used (calibrated or shipped)
 
     @property
     def starts(self) -> bool:
@@ -102,7 +103,7 @@ def evaluate(
     metrics = dict(sim.metrics)
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         metrics[key] = metrics[key] * candidate.replicas
-    return Evaluation(candidate, planned, metrics)
+    return Evaluation(candidate, planned, metrics, step_time=deployed.coefficients_note)
 
 
 def rank(evaluations: list[Evaluation], objectives: Objectives) -> list[Evaluation]:

@@ -155,6 +155,7 @@ def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
         "baseline_error": rec.baseline.plan.error.kind if rec.baseline.plan.error else None,
         "recommendations": [entry(e) for e in rec.ranked[:TOP]],
         "why": reasons(rec),
+        "step_time_model": rec.best.step_time if rec.best else None,
         "candidates_simulated": len(rec.ranked),
         "candidates_refused": [
             {"label": e.candidate.label(), "reason": e.note} for e in rec.refused
@@ -186,6 +187,8 @@ def render(rec: Recommendation, console: Any, gpu_name: str) -> None:
             "yes" if e.meets(rec.objectives) else "no",
         )
     console.print(table)
+    if rec.best is not None:
+        console.print(f"[dim]{rec.best.step_time}[/]", highlight=False)
     console.print("[bold]Why:[/]")
     for line in reasons(rec):
         console.print(f"  - {line}", highlight=False)
