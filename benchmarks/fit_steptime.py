@@ -20,10 +20,10 @@ from pathlib import Path
 
 from kvwise.sim.coefficients import profile_keys
 from kvwise.sim.fidelity import Case, load_cases, run_case
-from kvwise.sim.fit import Target, fit_coefficients, targets
+from kvwise.sim.fit import Target, blend, fit_coefficients, targets
 from kvwise.sim.steptime import StepTimeCoefficients
 
-DEFAULT_DATA = "/work/shared/validation/serving_benchmarks.jsonl"
+DEFAULT_DATA = str(Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl")
 MIN_POINTS_PER_GPU = 12  # below this a GPU keeps the all-GPU set
 WEIGHTS = {"mean_tpot_ms": 1.0, "median_ttft_ms": 1.0, "duration_s": 1.0, "mean_ttft_ms": 0.3, "mean_e2el_ms": 0.5}
 COEFFICIENTS_PY = Path(__file__).resolve().parents[1] / "src/kvwise/sim/coefficients.py"
@@ -74,7 +74,9 @@ def fit(cases: list[Case], rounds: int) -> dict[str, StepTimeCoefficients]:
     fitted: dict[str, StepTimeCoefficients] = {}
     for index in range(rounds):
         started = time.process_time()
-        fitted = refit(one_round(cases, fitted))
+        new = refit(one_round(cases, fitted))
+        # move halfway: a step-time change also changes batch sizes, which the rows hold fixed
+        fitted = {key: blend(fitted[key], c) if key in fitted else c for key, c in new.items()}
         print(f"round {index + 1}: {time.process_time() - started:.0f} s CPU")
         for key, c in fitted.items():
             print(f"    {key}: {_short(c)}")
@@ -102,7 +104,7 @@ def write(fitted: dict[str, StepTimeCoefficients], source: str) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=DEFAULT_DATA)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     cases, _ = load_cases(args.data)

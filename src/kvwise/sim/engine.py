@@ -46,6 +46,16 @@ class EngineConfig:
     is_v0: bool = False
     num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
 
+    def __post_init__(self) -> None:
+        # vLLM refuses to start unless one request of max_model_len fits the pool (less the
+        # null block); without that a lone request could wait forever
+        usable_tokens = (self.num_gpu_blocks - 1) * self.block_size
+        if usable_tokens < self.max_model_len:
+            raise ValueError(
+                f"a KV pool of {usable_tokens} tokens cannot hold one max_model_len "
+                f"({self.max_model_len}) request; vLLM would not start"
+            )
+
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs,
@@ -160,6 +170,7 @@ class Engine:
         else:
             cohort.materialize_all(step)
             plan, num_lazy = self.scheduler.schedule(), 0
+        assert plan.num_scheduled_reqs or len(cohort) or self.scheduler.running, "engine stalled"
         for request in plan.scheduled:
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = start
@@ -292,7 +303,7 @@ class Engine:
         if not cohort.members or len(cohort.members) != len(scheduler.running):
             return False
         next_event = cohort.next_event_step()
-        if next_event is not None and next_event <= self.step_index:
+        if next_event is not None and next_event <= self.step_index and not self._grantable(self.step_index):
             return False
         budget = self.config.max_num_batched_tokens - len(cohort.members)
         if budget < 0:
@@ -301,12 +312,27 @@ class Engine:
         # before the next event
         return not scheduler.waiting or not scheduler.can_admit_head(budget)
 
+    def _grantable(self, step: int) -> bool:
+        """The step's only events are decoders' new blocks, and the free queue has them all."""
+        cohort = self.cohort
+        if step in cohort.finish_events:
+            return False
+        return len(cohort.block_events.get(step, ())) <= self.kv_cache.pool.num_free_blocks
+
+    def _grant_blocks(self, step: int) -> None:
+        """Each decoder with a block event gets its block, in running order (cannot fail)."""
+        cohort, kv_cache = self.cohort, self.kv_cache
+        for request in cohort.take_events(cohort.block_events, step):
+            cohort.sync(request, step)
+            kv_cache.append_block(request)
+            cohort.refile_block_event(request, step)
+
     def _run_pure_decode(self) -> None:
+        """Decode-only steps in a tight loop, until an arrival, a finish, or a block shortage."""
         cohort, w = self.cohort, self.weights
         num_decode = len(cohort.members)
         step = self.step_index
         next_event = cohort.next_event_step()
-        last_step = next_event if next_event is not None else step + 10**12
         next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
         context = cohort.decode_context(step)
         # StepWeights.step_s(num_decode, 0, context, num_decode) with its constant part hoisted:
@@ -315,7 +341,12 @@ class Engine:
         fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
         context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
         log = self.step_log
-        while step < last_step and self.now < next_arrival_s:
+        while self.now < next_arrival_s:
+            if next_event is not None and step >= next_event:
+                if not self._grantable(step):
+                    break
+                self._grant_blocks(step)
+                next_event = cohort.next_event_step()
             step_s = fixed_s + context_token_s * context + reqs_s
             if log is not None:
                 log.add(self.now, num_decode, 0, context, num_decode)

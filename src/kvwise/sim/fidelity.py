@@ -233,3 +233,34 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         },
         "ttft_unexplained": sorted(o.case.case_id for o in outcomes if o.case.ttft_unexplained),
     }
+
+
+def evaluate(path: str | Path, seed: int = 0) -> tuple[list[Outcome], list[Skipped], dict[str, Any]]:
+    """Every reproducible record simulated and compared, skipped ones with their reasons."""
+    cases, skipped = load_cases(path)
+    outcomes = [compare(case, run_case(case, seed=seed)) for case in cases]
+    return outcomes, skipped, summarize(outcomes)
+
+
+def report_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary as text: median |error| (n) per metric, pooled, held out, per GPU, per source."""
+
+    def row(label: str, medians: dict[str, Any]) -> str:
+        cells = []
+        for metric in METRICS:
+            cell = medians[metric]
+            value = "n/a" if cell["median_abs_error"] is None else f"{cell['median_abs_error']:5.1%}"
+            cells.append(f"{metric} {value} (n={cell['n']})")
+        return f"  {label:<28} " + "   ".join(cells)
+
+    lines = ["simulator fidelity, median |relative error| on sub-saturation points:"]
+    lines += [row(name, summary[name]) for name in ("all", "fitted_on", "held_out")]
+    lines += [row(f"gpu {gpu}", m) for gpu, m in summary["by_gpu"].items()]
+    lines += [row(f"source {source}", m) for source, m in summary["by_source"].items()]
+    overload = summary["overload"]
+    lines.append(
+        f"  overloaded points: {overload['predicted']} of {overload['n']} predicted to queue or preempt"
+        + (f"; missed: {', '.join(overload['missed'])}" if overload["missed"] else "")
+    )
+    lines.append(f"  TTFT not explained by load (excluded from TTFT): {len(summary['ttft_unexplained'])} points")
+    return lines

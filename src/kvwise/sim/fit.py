@@ -116,6 +116,14 @@ def targets(result: SimResult, measured: dict[str, float], coefficients: StepTim
     return found
 
 
+def blend(old: StepTimeCoefficients, new: StepTimeCoefficients, step: float = 0.5) -> StepTimeCoefficients:
+    """Move part of the way from `old` to `new`. The rows linearise around the schedule of the
+    last simulation, but a slower step also means larger batches (and a faster one smaller):
+    full steps overshoot and oscillate, damped ones converge."""
+    values = [a + step * (b - a) for a, b in zip((*old.vector(), old.api_overhead_s), (*new.vector(), new.api_overhead_s))]
+    return StepTimeCoefficients.from_vector(values[:-1], api_overhead_s=values[-1])
+
+
 # Nothing moves bytes faster than the bandwidth or computes faster than the peak: the
 # efficiency factors of roofline terms are at least 1. Overheads are at least 0.
 LOWER_BOUNDS = {"weight_read": 1.0, "kv_read": 1.0, "gemm_compute": 1.0, "attention_compute": 1.0, "allreduce": 1.0}

@@ -127,20 +127,37 @@ class Request:
         self.hash_seg, self.hash_off = previous.hash_seg, previous.hash_off
 
     def ensure_block_hashes(self, num_blocks: int, block_size: int) -> None:
-        """Hash full blocks up to `num_blocks`, lazily, chaining each on its parent."""
-        hashes = self.block_hashes
-        while len(hashes) < num_blocks:
-            hashes.append(self._next_block_hash(hashes[-1] if hashes else ROOT_HASH, block_size))
+        """Hash full blocks up to `num_blocks`, lazily, chaining each on its parent.
 
-    def _next_block_hash(self, parent: int, block_size: int) -> int:
-        seg_index, offset = self.hash_seg, self.hash_off
-        seg_id, length = self.segment(seg_index)
-        while offset >= length:  # start at the first token not hashed yet, whatever the cursor
-            seg_index, offset = seg_index + 1, 0
+        A block inside one segment hashes (parent, seg_id, offset); a block across segments
+        hashes (parent, its pieces). Runs of blocks inside one segment are hashed in one loop.
+        """
+        hashes = self.block_hashes
+        missing = num_blocks - len(hashes)
+        parent = hashes[-1] if hashes else ROOT_HASH
+        while missing > 0:
+            seg_index, offset = self.hash_seg, self.hash_off
             seg_id, length = self.segment(seg_index)
-        if offset + block_size <= length:  # the common case: the block lies inside one segment
-            self.hash_seg, self.hash_off = seg_index, offset + block_size
-            return hash((parent, seg_id, offset))
+            while offset >= length:  # start at the first token not hashed yet
+                seg_index, offset = seg_index + 1, 0
+                seg_id, length = self.segment(seg_index)
+            run = min(missing, (length - offset) // block_size)
+            if run:
+                for _ in range(run):
+                    parent = hash((parent, seg_id, offset))
+                    hashes.append(parent)
+                    offset += block_size
+                self.hash_seg, self.hash_off = seg_index, offset
+                missing -= run
+            else:
+                self.hash_seg, self.hash_off = seg_index, offset
+                parent = self._spanning_block_hash(parent, block_size)
+                hashes.append(parent)
+                missing -= 1
+
+    def _spanning_block_hash(self, parent: int, block_size: int) -> int:
+        """The next block, which starts at the cursor and runs into later segments."""
+        seg_index, offset = self.hash_seg, self.hash_off
         pieces: list[tuple[int, int, int]] = []
         need = block_size
         while need:
