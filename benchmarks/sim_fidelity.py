@@ -18,7 +18,9 @@ from pathlib import Path
 
 from kvwise.sim.fidelity import evaluate, report_lines
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
+)
 
 
 def main(argv: list[str]) -> int:
@@ -34,13 +36,19 @@ def main(argv: list[str]) -> int:
         return 0
     if args.cases:
         for o in outcomes:
-            tag = "overload" if o.case.is_overloaded else ("held-out" if o.case.is_held_out else "fitted")
+            tag = (
+                "overload"
+                if o.case.is_overloaded
+                else ("held-out" if o.case.is_held_out else "fitted")
+            )
             errors = "  ".join(f"{k} {v:+.0%}" for k, v in o.errors.items())
             print(f"{o.case.case_id[:78]:<78} {tag:<8} {errors}")
         for s in skipped:
             print(f"{s.case_id[:78]:<78} skipped: {s.reason[:60]}")
     print("\n".join(report_lines(summary)))
-    print(f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU")
+    print(
+        f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU"
+    )
     return 0
 
 

@@ -40,7 +40,10 @@ def scheduler(
     is_v0: bool = False,
 ) -> Scheduler:
     kv = KVCacheManager(
-        num_gpu_blocks, block_size, enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len
+        num_gpu_blocks,
+        block_size,
+        enable_prefix_caching=enable_prefix_caching,
+        max_model_len=max_model_len,
     )
     config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
@@ -62,7 +65,7 @@ def step(s: Scheduler) -> tuple[StepPlan, list[Request], list[Request]]:
 
 def scheduled(plan: StepPlan) -> list[tuple[int, int]]:
     """(request id, tokens) pairs of a step, in schedule order."""
-    return [(r.request_id, n) for r, n in zip(plan.scheduled, plan.scheduled_tokens)]
+    return [(r.request_id, n) for r, n in zip(plan.scheduled, plan.scheduled_tokens, strict=False)]
 
 
 def ids(requests: object) -> list[int]:
@@ -103,4 +106,6 @@ def flat_config(num_gpu_blocks: int = 256, **engine: int | bool) -> SimConfig:
         "max_model_len": min(512, (num_gpu_blocks - 1) * 4),
     }
     fields |= engine
-    return SimConfig(EngineConfig(num_gpu_blocks=num_gpu_blocks, **fields), FLAT_COST, FLAT_COEFFICIENTS)  # type: ignore[arg-type]
+    return SimConfig(
+        EngineConfig(num_gpu_blocks=num_gpu_blocks, **fields), FLAT_COST, FLAT_COEFFICIENTS
+    )  # type: ignore[arg-type]

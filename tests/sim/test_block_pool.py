@@ -37,7 +37,7 @@ def test_a_shared_block_is_free_only_when_the_last_reference_goes() -> None:
 def test_cached_free_blocks_stay_findable_until_taken_again_lru_first() -> None:
     pool = BlockPool(4)  # usable blocks 1, 2, 3
     blocks = pool.get_new_blocks(3)
-    for block, value in zip(blocks, (111, 222, 333)):
+    for block, value in zip(blocks, (111, 222, 333), strict=False):
         pool.cache_block(block, value)
     pool.free_blocks(blocks)  # free queue: 1, 2, 3 (all still cached)
     assert pool.num_free_blocks == 3  # cached blocks do not reduce capacity

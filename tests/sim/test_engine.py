@@ -62,7 +62,10 @@ def test_closed_loop_never_exceeds_its_concurrency() -> None:
 
 def test_the_same_seed_gives_the_same_json_and_another_seed_does_not() -> None:
     spec = WorkloadSpec("sharegpt", num_prompts=200, input_len=200, output_len=150, request_rate=20)
-    runs = [json.dumps(simulate(flat_config(), spec, seed).metrics, sort_keys=True) for seed in (3, 3, 4)]
+    runs = [
+        json.dumps(simulate(flat_config(), spec, seed).metrics, sort_keys=True)
+        for seed in (3, 3, 4)
+    ]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
@@ -70,19 +73,33 @@ def test_the_same_seed_gives_the_same_json_and_another_seed_does_not() -> None:
 def _specs() -> st.SearchStrategy[WorkloadSpec]:
     common = {"num_prompts": st.integers(5, 40), "request_rate": st.sampled_from([None, 5.0, 50.0])}
     random_spec = st.builds(
-        WorkloadSpec, kind=st.just("random"), input_len=st.integers(1, 120), output_len=st.integers(1, 40),
-        range_ratio=st.sampled_from([0.0, 0.5]), **common,
+        WorkloadSpec,
+        kind=st.just("random"),
+        input_len=st.integers(1, 120),
+        output_len=st.integers(1, 40),
+        range_ratio=st.sampled_from([0.0, 0.5]),
+        **common,
     )
     agent_spec = st.builds(
-        WorkloadSpec, kind=st.just("agent"), sessions=st.integers(1, 5), turns=st.integers(1, 5),
-        system_prompt_tokens=st.integers(0, 40), user_tokens=st.integers(1, 20),
-        tool_output_tokens=st.integers(0, 30), output_len=st.integers(1, 30),
+        WorkloadSpec,
+        kind=st.just("agent"),
+        sessions=st.integers(1, 5),
+        turns=st.integers(1, 5),
+        system_prompt_tokens=st.integers(0, 40),
+        user_tokens=st.integers(1, 20),
+        tool_output_tokens=st.integers(0, 30),
+        output_len=st.integers(1, 30),
         think_time_s=st.sampled_from([0.0, 0.05]),
     )
     shared_spec = st.builds(
-        WorkloadSpec, kind=st.just("shared-prefix"), num_groups=st.integers(1, 3),
-        prompts_per_group=st.integers(1, 3), system_prompt_tokens=st.integers(0, 30),
-        user_tokens=st.integers(1, 30), output_len=st.integers(1, 20), **common,
+        WorkloadSpec,
+        kind=st.just("shared-prefix"),
+        num_groups=st.integers(1, 3),
+        prompts_per_group=st.integers(1, 3),
+        system_prompt_tokens=st.integers(0, 30),
+        user_tokens=st.integers(1, 30),
+        output_len=st.integers(1, 20),
+        **common,
     )
     return st.one_of(random_spec, agent_spec, shared_spec)
 
@@ -97,10 +114,18 @@ def _specs() -> st.SearchStrategy[WorkloadSpec]:
     seed=st.integers(0, 3),
 )
 def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
-    spec: WorkloadSpec, num_blocks: int, budget: int, max_num_seqs: int, reserve_full_isl: bool, seed: int
+    spec: WorkloadSpec,
+    num_blocks: int,
+    budget: int,
+    max_num_seqs: int,
+    reserve_full_isl: bool,
+    seed: int,
 ) -> None:
     config = flat_config(
-        num_blocks, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, reserve_full_isl=reserve_full_isl
+        num_blocks,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        reserve_full_isl=reserve_full_isl,
     )
     workload = build_workload(spec, random.Random(seed))
     fast = simulate(config, workload, fast=True)

@@ -15,12 +15,16 @@ DATA = Path(__file__).resolve().parents[1] / "data/validation/serving_benchmarks
 def test_simulator_fidelity_meets_the_bars(fidelity_report: list[str]) -> None:
     outcomes, skipped, summary = evaluate(DATA)
     fidelity_report.extend(report_lines(summary))
-    fidelity_report.append(f"  records not reproducible: {len(skipped)} (model not in the catalog, other engine, lengths unknown)")
+    fidelity_report.append(
+        f"  records not reproducible: {len(skipped)} (model not in the catalog, other engine, lengths unknown)"
+    )
     assert len(outcomes) >= 100
     for metric, bar in BARS.items():
         measured = summary["all"][metric]
         assert measured["n"] >= 30, metric
-        assert measured["median_abs_error"] <= bar, f"{metric}: {measured['median_abs_error']:.1%} > {bar:.0%}"
+        assert measured["median_abs_error"] <= bar, (
+            f"{metric}: {measured['median_abs_error']:.1%} > {bar:.0%}"
+        )
     overload = summary["overload"]
     assert overload["n"] >= 5
     assert overload["missed"] == [], overload["missed"]

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from kvwise.sim.engine import ITL_BINS_PER_E
 from kvwise.sim.metrics import _hist_percentile_s, percentile
+from kvwise.sim.records import ITL_BINS_PER_E
 
 
 def test_percentiles_interpolate_like_numpy() -> None:
@@ -17,7 +17,9 @@ def test_percentiles_interpolate_like_numpy() -> None:
     for size in (1, 2, 7, 100, 1001):
         values = sorted(rng.expovariate(1.0) for _ in range(size))
         for q in (0, 50, 90, 99, 100):
-            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
+            assert percentile(values, q) == pytest.approx(
+                float(np.percentile(values, q)), rel=1e-12
+            )
 
 
 def test_histogram_percentiles_are_within_the_bin_width() -> None:

@@ -52,7 +52,11 @@ def test_max_num_seqs_and_head_of_line_blocking() -> None:
 
 def test_preemption_takes_the_newest_recomputes_it_and_returns_it_to_the_queue_head() -> None:
     s = scheduler(7, max_num_batched_tokens=16)  # 6 usable blocks
-    r1, r2, r3 = request(1, 8, output_len=8), request(2, 8, output_len=8), request(3, 4, output_len=4)
+    r1, r2, r3 = (
+        request(1, 8, output_len=8),
+        request(2, 8, output_len=8),
+        request(3, 4, output_len=4),
+    )
     for r in (r1, r2, r3):
         s.add_request(r)
     plan, _, _ = step(s)
@@ -118,7 +122,11 @@ def test_agent_turns_share_prefixes_then_a_growing_history_preempts_and_blocks()
     assert s.kv_cache.pool.free_block_ids() == [8, 5, 2, 6, 3, 7, 4, 1]
     # turn 2: the history (prompt + answer) plus a 4-token tool output
     turn2 = [
-        request(10 + r.request_id, [*r.prompt, (r.output_seg_id, 4), (20 + r.request_id, 4)], output_len=4)
+        request(
+            10 + r.request_id,
+            [*r.prompt, (r.output_seg_id, 4), (20 + r.request_id, 4)],
+            output_len=4,
+        )
         for r in turn1
     ]
     for r in turn2:

@@ -8,7 +8,14 @@ import pytest
 
 from kvwise.core.catalog import load_model
 from kvwise.core.gpus import find_gpu
-from kvwise.sim.steptime import StepTimeCoefficients, apply, basis, gemm_excess_s, step_cost, step_weights
+from kvwise.sim.steptime import (
+    StepTimeCoefficients,
+    apply,
+    basis,
+    gemm_excess_s,
+    step_cost,
+    step_weights,
+)
 
 
 def qwen_on_4090():  # type: ignore[no-untyped-def]
@@ -31,12 +38,20 @@ def test_gemm_time_only_counts_beyond_the_weight_read() -> None:
     cost = qwen_on_4090()
     ridge = cost.weight_read_s / cost.linear_s_per_token  # ~160 tokens on a 4090
     assert gemm_excess_s(cost, int(ridge) - 1) == 0.0
-    assert gemm_excess_s(cost, 2048) == pytest.approx(2048 * cost.linear_s_per_token - cost.weight_read_s)
+    assert gemm_excess_s(cost, 2048) == pytest.approx(
+        2048 * cost.linear_s_per_token - cost.weight_read_s
+    )
 
 
 def test_tensor_parallel_adds_all_reduces() -> None:
     model, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("h100 sxm")
-    cost = step_cost(model, gpu, weight_bytes_per_rank=8_000_000_000, kv_bytes_per_token=65_536, tensor_parallel_size=2)
+    cost = step_cost(
+        model,
+        gpu,
+        weight_bytes_per_rank=8_000_000_000,
+        kv_bytes_per_token=65_536,
+        tensor_parallel_size=2,
+    )
     assert cost.allreduce_calls == 2 * 32  # after attention and after the MLP, per layer
     # hidden 4096 x 2 bytes, 2 per layer, ring factor 2 (tp - 1) / tp = 1, over 450 GB/s
     assert cost.allreduce_s_per_token == pytest.approx(2 * 32 * 4096 * 2 / 450e9)
@@ -48,6 +63,11 @@ def test_folded_weights_equal_the_basis_terms_times_the_coefficients() -> None:
     weights = step_weights(cost, coefficients)
     rng = random.Random(0)
     for _ in range(200):
-        tokens, pairs, context, reqs = rng.randint(1, 4096), rng.randint(0, 10**7), rng.randint(0, 10**6), rng.randint(1, 256)
+        tokens, pairs, context, reqs = (
+            rng.randint(1, 4096),
+            rng.randint(0, 10**7),
+            rng.randint(0, 10**6),
+            rng.randint(1, 256),
+        )
         expected = apply(coefficients, basis(cost, tokens, pairs, context, reqs))
         assert weights.step_s(tokens, pairs, context, reqs) == pytest.approx(expected, rel=1e-12)

@@ -41,14 +41,16 @@ class BlockPool:
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 2:
-            raise ValueError(f"a KV pool needs at least 2 blocks (one is the null block), got {num_blocks}")
+            raise ValueError(
+                f"a KV pool needs at least 2 blocks (one is the null block), got {num_blocks}"
+            )
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}  # block hash -> block id
         self.eviction_log: list[int] = []  # blocks whose cached hash was dropped, in order
         # free queue: entries seq * num_blocks + block_id, live while free_seq[block_id] == seq
-        self.free_seq = [NOT_FREE] + list(range(1, num_blocks))
+        self.free_seq = [NOT_FREE, *list(range(1, num_blocks))]
         self.queue: deque[int] = deque(b * num_blocks + b for b in range(1, num_blocks))
         self.next_seq = num_blocks
         self.num_free_blocks = num_blocks - 1
@@ -123,7 +125,12 @@ class BlockPool:
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
-        ref_cnt, free_seq, append, n = self.ref_cnt, self.free_seq, self.queue.append, self.num_blocks
+        ref_cnt, free_seq, append, n = (
+            self.ref_cnt,
+            self.free_seq,
+            self.queue.append,
+            self.num_blocks,
+        )
         seq = self.next_seq
         for block_id in ordered_block_ids:
             ref_cnt[block_id] -= 1

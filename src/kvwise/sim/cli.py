@@ -41,11 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
     add_vllm_flags(parser)
     _add_workload_flags(parser)
-    parser.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same result)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)")
     parser.add_argument(
-        "--compare", nargs="+", metavar="FLAGS", help='other flag sets to run side by side, e.g. "--max-num-seqs 32"'
+        "--seed", type=int, default=0, help="workload seed (same seed, same result)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FLAGS",
+        help='other flag sets to run side by side, e.g. "--max-num-seqs 32"',
     )
     return parser
 
@@ -54,9 +61,15 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
     w = parser.add_argument_group("workload")
     w.add_argument("--workload", required=True, choices=WORKLOAD_KINDS)
     w.add_argument("--num-prompts", type=int, default=1000)
-    w.add_argument("--request-rate", type=float, help="requests (sessions for agent) per second; default: all at once")
+    w.add_argument(
+        "--request-rate",
+        type=float,
+        help="requests (sessions for agent) per second; default: all at once",
+    )
     w.add_argument("--max-concurrency", type=int, help="at most this many in flight (closed loop)")
-    w.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrivals (1 = Poisson)")
+    w.add_argument(
+        "--burstiness", type=float, default=1.0, help="gamma shape of arrivals (1 = Poisson)"
+    )
     w.add_argument("--arrival", choices=ARRIVALS, default="poisson")
     w.add_argument("--input-len", type=int, default=1024, help="prompt tokens (sharegpt: mean)")
     w.add_argument("--output-len", type=int, default=None, help="tokens generated (sharegpt: mean)")
@@ -66,8 +79,15 @@ def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
     a.add_argument("--sessions", type=int, default=10)
     a.add_argument("--turns", type=int, default=30)
     a.add_argument("--system-prompt", type=int, default=2000, help="shared system prompt tokens")
-    a.add_argument("--user-tokens", type=int, default=200, help="new user tokens per turn (shared-prefix: question)")
-    a.add_argument("--tool-output", type=int, default=800, help="tool-output tokens before each later turn")
+    a.add_argument(
+        "--user-tokens",
+        type=int,
+        default=200,
+        help="new user tokens per turn (shared-prefix: question)",
+    )
+    a.add_argument(
+        "--tool-output", type=int, default=800, help="tool-output tokens before each later turn"
+    )
     a.add_argument("--think-time-s", type=float, default=2.0, help="mean pause between turns")
     a.add_argument("--groups", type=int, default=10, help="shared-prefix: distinct system prompts")
     a.add_argument("--prompts-per-group", type=int, default=5)
@@ -116,7 +136,11 @@ def _compare_flags(base: VllmFlags, text: str) -> VllmFlags:
     except UsageError as exc:
         raise UsageError(f"--compare {text!r}: {exc}") from exc
     override = flags_from_args(args)
-    changes = {f.name: getattr(override, f.name) for f in fields(override) if getattr(override, f.name) is not None}
+    changes = {
+        f.name: getattr(override, f.name)
+        for f in fields(override)
+        if getattr(override, f.name) is not None
+    }
     return replace(base, **changes).validate()
 
 
@@ -125,14 +149,21 @@ def run(argv: list[str]) -> int:
     spec = workload_spec(args)
     model, gpu = load_model(args.model), _gpu(args)
     base = flags_from_args(args)
-    flag_sets = [("base", base)] + [(text, _compare_flags(base, text)) for text in args.compare or []]
+    flag_sets = [("base", base)] + [
+        (text, _compare_flags(base, text)) for text in args.compare or []
+    ]
     workload = build_workload(spec, random.Random(args.seed))
     deployments = [
         (label, deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label))
         for label, flags in flag_sets
     ]
-    show_progress = not args.json and sys.stderr.isatty() and workload.num_requests >= PROGRESS_ABOVE_REQUESTS
-    runs = [Run(label, dep, _simulate(dep, workload, label, show_progress)) for label, dep in deployments]
+    show_progress = (
+        not args.json and sys.stderr.isatty() and workload.num_requests >= PROGRESS_ABOVE_REQUESTS
+    )
+    runs = [
+        Run(label, dep, _simulate(dep, workload, label, show_progress))
+        for label, dep in deployments
+    ]
     _check_not_all_rejected([r.result for r in runs])
     if args.plot:
         from kvwise.sim.plot import write_plot
@@ -153,7 +184,9 @@ def _simulate(dep: Deployment, workload: Workload, label: str, show_progress: bo
 
     with Progress(transient=True) as progress:
         task = progress.add_task(f"simulating {label}", total=workload.num_requests)
-        return simulate(dep.config, workload, on_progress=lambda done: progress.update(task, completed=done))
+        return simulate(
+            dep.config, workload, on_progress=lambda done: progress.update(task, completed=done)
+        )
 
 
 def _check_not_all_rejected(results: list[SimResult]) -> None:

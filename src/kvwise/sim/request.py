@@ -29,6 +29,7 @@ class Request:
 
     __slots__ = (
         "arrival_s",
+        "arrival_step",
         "block_hashes",
         "block_ids",
         "finish_s",
@@ -56,7 +57,6 @@ class Request:
         "request_id",
         "running_seq",
         "sent_s",
-        "arrival_step",
         "status",
         "synced_step",
     )

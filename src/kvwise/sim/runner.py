@@ -61,7 +61,7 @@ class _Driver:
         self.next_request_id = 0
         self.in_flight = 0
         starts = workload.start_times_s or (0.0,) * len(workload.sessions)
-        self.pending = deque(zip(range(len(workload.sessions)), starts))
+        self.pending = deque(zip(range(len(workload.sessions)), starts, strict=False))
 
     def start(self) -> None:
         self._fill_slots(0.0)
@@ -76,7 +76,11 @@ class _Driver:
 
     def _send(self, state: _SessionState, sent_s: float) -> None:
         turn = state.session.turns[state.turn]
-        prompt = state.history + list(turn.new_segments) if state.session.keeps_history else list(turn.new_segments)
+        prompt = (
+            state.history + list(turn.new_segments)
+            if state.session.keeps_history
+            else list(turn.new_segments)
+        )
         request_id = self.next_request_id
         self.next_request_id += 1
         request = Request(
@@ -98,7 +102,7 @@ class _Driver:
         assert isinstance(state, _SessionState)
         state.turn += 1
         if request.status is Status.FINISHED and state.turn < len(state.session.turns):
-            state.history = request.prompt + [(request.output_seg_id, request.num_output_tokens)]
+            state.history = [*request.prompt, (request.output_seg_id, request.num_output_tokens)]
             state.previous = request
             think_s = state.session.turns[state.turn].think_time_s
             self._send(state, request.finish_s + think_s)
