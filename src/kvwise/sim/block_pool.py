@@ -21,6 +21,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvwise.sim.request import Request
 
 NULL_BLOCK = 0
 NOT_FREE = -1
@@ -97,6 +101,31 @@ class BlockPool:
             taken.append(block_id)
         self.num_free_blocks -= count
         return taken
+
+    def grant_blocks(self, requests: list[Request]) -> None:
+        """One block from the front of the free queue to each request, in order (the caller
+        checks that there are enough)."""
+        n, free_seq, popleft = self.num_blocks, self.free_seq, self.queue.popleft
+        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        for request in requests:
+            entry = popleft()
+            while free_seq[entry % n] != entry // n:
+                entry = popleft()  # a dead entry: the block was touched since it was queued
+            block_id = entry % n
+            free_seq[block_id] = NOT_FREE
+            if block_hash[block_id] is not None:
+                self._evict(block_id)
+            ref_cnt[block_id] = 1
+            request.block_ids.append(block_id)
+        self.num_free_blocks -= len(requests)
+
+    def _evict(self, block_id: int) -> None:
+        old_hash = self.block_hash[block_id]
+        assert old_hash is not None
+        if self.cached.get(old_hash) == block_id:
+            del self.cached[old_hash]
+            self.eviction_log.append(block_id)
+        self.block_hash[block_id] = None
 
     def get_new_block(self) -> int | None:
         """One block from the front of the free queue (None when it is empty)."""

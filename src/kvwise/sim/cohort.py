@@ -122,7 +122,7 @@ class DecodeCohort:
 
     def leave(self, request: Request, step: int) -> None:
         self.sync(request, step)
-        if self.kv_cache.enable_prefix_caching:
+        if self.kv_cache.enable_prefix_caching and request.is_shareable:
             self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         del self.members[request.request_id]
         self.ctx_offset -= request.num_computed_tokens + 1 - step

@@ -279,16 +279,13 @@ class Engine:
         cohort, kv_cache = self.cohort, self.kv_cache
         group = cohort.needing_blocks(step)
         if len(group) <= kv_cache.pool.num_free_blocks:
-            for request, block_id in zip(
-                group, kv_cache.pool.get_new_blocks(len(group)), strict=False
-            ):
-                request.block_ids.append(block_id)
+            kv_cache.pool.grant_blocks(group)
             return True
         for request in list(group):
             if request.request_id not in cohort.members or kv_cache.append_block(request):
                 continue  # preempted earlier in this step, or served
             cohort.sync(request, step)
-            if kv_cache.enable_prefix_caching:  # the reference path caches as it goes
+            if kv_cache.enable_prefix_caching and request.is_shareable:  # as the reference path
                 kv_cache.cache_full_blocks(request, request.num_computed_tokens)
             if not self.scheduler.allocate_or_preempt(request, 1, plan):
                 return False
@@ -345,8 +342,7 @@ class Engine:
             if group:
                 if len(group) > pool.num_free_blocks:
                     break
-                for request, block_id in zip(group, pool.get_new_blocks(len(group)), strict=False):
-                    request.block_ids.append(block_id)
+                pool.grant_blocks(group)
                 used = usable - pool.num_free_blocks
                 if used > max_used:
                     max_used = used
@@ -383,8 +379,7 @@ class Engine:
             if group:
                 if len(group) > pool.num_free_blocks:
                     break
-                for request, block_id in zip(group, pool.get_new_blocks(len(group)), strict=False):
-                    request.block_ids.append(block_id)
+                pool.grant_blocks(group)
             step_s = fixed_s + context_token_s * context + reqs_s
             if log is not None:
                 log.add(self.now, num_decode, 0, context, num_decode)

@@ -38,6 +38,7 @@ class Request:
         "first_token_step",
         "hash_off",
         "hash_seg",
+        "is_shareable",
         "last_step",
         "last_token_s",
         "lookup_hits",
@@ -72,6 +73,7 @@ class Request:
         sent_s: float = 0.0,
         arrival_s: float = 0.0,
         owner: object = None,
+        is_shareable: bool = True,
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
@@ -83,6 +85,10 @@ class Request:
         self.sent_s = sent_s  # when the client sent it: TTFT and E2E count from here
         self.arrival_s = arrival_s  # when the engine could first see it (after the API server)
         self.owner = owner  # the workload's handle (session), returned on completion
+        # whether another request may contain its tokens (a shared system prompt, a session's
+        # next turn); if not, its blocks enter the prefix cache only when it is preempted,
+        # the one time it could look them up itself
+        self.is_shareable = is_shareable
         self.status = Status.WAITING
         self.num_output_tokens = 0
         self.num_computed_tokens = 0

@@ -92,6 +92,7 @@ class _Driver:
             sent_s=sent_s,
             arrival_s=sent_s + self.api_overhead_s,
             owner=state,
+            is_shareable=self.workload.has_shared_segments or len(state.session.turns) > 1,
         )
         if state.previous is not None:
             request.inherit_block_hashes(state.previous)

@@ -147,6 +147,8 @@ class Scheduler:
         """Recompute preemption: free the blocks, forget the progress, back to the queue head."""
         if self.before_preempt is not None:
             self.before_preempt(request)
+        if self.kv_cache.enable_prefix_caching:  # its recompute will look its own blocks up
+            self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         self.kv_cache.free(request)
         request.status = Status.PREEMPTED
         request.num_computed_tokens = 0
@@ -245,6 +247,6 @@ class Scheduler:
     def finish(self, request: Request) -> None:
         request.status = Status.FINISHED
         del self.running[request.request_id]
-        if self.kv_cache.enable_prefix_caching:
+        if self.kv_cache.enable_prefix_caching and request.is_shareable:
             self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         self.kv_cache.free(request)

@@ -56,6 +56,9 @@ class Workload:
     start_times_s: tuple[float, ...] | None  # open loop: session start times; None: closed loop
     max_concurrency: int | None  # sessions in flight at most; None: no limit
     description: str = ""
+    # some segment appears in several sessions (a shared system prompt, a replayed message);
+    # False when every session's text is its own (random, sharegpt)
+    has_shared_segments: bool = True
 
     @property
     def num_requests(self) -> int:
@@ -280,7 +283,8 @@ def build_workload(spec: WorkloadSpec, rng: random.Random) -> Workload:
             len(sessions), spec.request_rate, rng, burstiness=spec.burstiness, arrival=spec.arrival
         )
         concurrency = spec.max_concurrency
-    return Workload(spec.kind, sessions, starts, concurrency, describe(spec))
+    shared = spec.kind not in ("random", "sharegpt")
+    return Workload(spec.kind, sessions, starts, concurrency, describe(spec), shared)
 
 
 def describe(spec: WorkloadSpec) -> str:
