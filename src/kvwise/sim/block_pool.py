@@ -21,6 +21,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvwise.sim.request import Request
 
 NULL_BLOCK = 0
 NOT_FREE = -1
@@ -41,14 +45,16 @@ class BlockPool:
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 2:
-            raise ValueError(f"a KV pool needs at least 2 blocks (one is the null block), got {num_blocks}")
+            raise ValueError(
+                f"a KV pool needs at least 2 blocks (one is the null block), got {num_blocks}"
+            )
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}  # block hash -> block id
         self.eviction_log: list[int] = []  # blocks whose cached hash was dropped, in order
         # free queue: entries seq * num_blocks + block_id, live while free_seq[block_id] == seq
-        self.free_seq = [NOT_FREE] + list(range(1, num_blocks))
+        self.free_seq = [NOT_FREE, *list(range(1, num_blocks))]
         self.queue: deque[int] = deque(b * num_blocks + b for b in range(1, num_blocks))
         self.next_seq = num_blocks
         self.num_free_blocks = num_blocks - 1
@@ -96,6 +102,31 @@ class BlockPool:
         self.num_free_blocks -= count
         return taken
 
+    def grant_blocks(self, requests: list[Request]) -> None:
+        """One block from the front of the free queue to each request, in order (the caller
+        checks that there are enough)."""
+        n, free_seq, popleft = self.num_blocks, self.free_seq, self.queue.popleft
+        block_hash, ref_cnt = self.block_hash, self.ref_cnt
+        for request in requests:
+            entry = popleft()
+            while free_seq[entry % n] != entry // n:
+                entry = popleft()  # a dead entry: the block was touched since it was queued
+            block_id = entry % n
+            free_seq[block_id] = NOT_FREE
+            if block_hash[block_id] is not None:
+                self._evict(block_id)
+            ref_cnt[block_id] = 1
+            request.block_ids.append(block_id)
+        self.num_free_blocks -= len(requests)
+
+    def _evict(self, block_id: int) -> None:
+        old_hash = self.block_hash[block_id]
+        assert old_hash is not None
+        if self.cached.get(old_hash) == block_id:
+            del self.cached[old_hash]
+            self.eviction_log.append(block_id)
+        self.block_hash[block_id] = None
+
     def get_new_block(self) -> int | None:
         """One block from the front of the free queue (None when it is empty)."""
         if not self.num_free_blocks:
@@ -123,7 +154,12 @@ class BlockPool:
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
-        ref_cnt, free_seq, append, n = self.ref_cnt, self.free_seq, self.queue.append, self.num_blocks
+        ref_cnt, free_seq, append, n = (
+            self.ref_cnt,
+            self.free_seq,
+            self.queue.append,
+            self.num_blocks,
+        )
         seq = self.next_seq
         for block_id in ordered_block_ids:
             ref_cnt[block_id] -= 1

@@ -5,17 +5,20 @@ gets its token (the step's budget covers them and no partial prefill precedes th
 counters are then a function of the step index, so they are stored once (`synced_step`) and
 brought up to date only when something happens to it:
 
-* it needs a new KV block (every `block_size` tokens): a *block event* at that step;
-* it produces its last token: a *finish event*;
+* it needs a new KV block: every `block_size` steps, at the steps s with
+  (s - computed tokens) % block_size == its *phase*. The members of each phase are kept in one
+  list sorted by admission order, so the requests that need a block at step s are simply
+  `phase_groups[s % block_size]`, in the order vLLM's running loop serves them;
+* it produces its last token: a *finish event*, filed in a calendar by step;
 * it is preempted, or the engine falls back to the reference scheduler: `sync`.
 
-Events live in a calendar keyed by step index. An entry is valid while the request's `epoch`
-is the one it was filed under (leaving the cohort bumps the epoch), so nothing is ever removed
-from the calendar eagerly.
+A calendar entry is valid while the request's `epoch` is the one it was filed under (leaving
+the cohort bumps the epoch), so nothing is ever removed from the calendar eagerly.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from array import array
 
@@ -25,14 +28,15 @@ from kvwise.sim.request import Request
 
 class DecodeCohort:
     __slots__ = (
-        "block_events",
         "block_size",
         "ctx_offset",
         "epoch",
-        "event_steps",
         "finish_events",
+        "finish_steps",
         "kv_cache",
         "members",
+        "phase_groups",
+        "phase_keys",
         "step_end_s",
     )
 
@@ -42,9 +46,11 @@ class DecodeCohort:
         self.step_end_s = step_end_s  # end time of every step so far (shared with the engine)
         self.members: dict[int, Request] = {}
         self.epoch: dict[int, int] = {}  # request_id -> epoch of its calendar entries
-        self.block_events: dict[int, list[tuple[int, Request]]] = {}
         self.finish_events: dict[int, list[tuple[int, Request]]] = {}
-        self.event_steps: list[int] = []  # min-heap of steps that have calendar entries
+        self.finish_steps: list[int] = []  # min-heap of steps with finish entries
+        # members needing a block at steps s with s % block_size == phase, in running order
+        self.phase_groups: list[list[Request]] = [[] for _ in range(self.block_size)]
+        self.phase_keys: list[list[int]] = [[] for _ in range(self.block_size)]  # running_seq
         # sum over members of (num_computed_tokens + 1 - synced_step): the decode context of
         # step s is ctx_offset + len(members) * s
         self.ctx_offset = 0
@@ -55,9 +61,13 @@ class DecodeCohort:
     def decode_context(self, step: int) -> int:
         return self.ctx_offset + len(self.members) * step
 
-    def next_event_step(self) -> int | None:
-        steps = self.event_steps
-        while steps and steps[0] not in self.block_events and steps[0] not in self.finish_events:
+    def needing_blocks(self, step: int) -> list[Request]:
+        """Members that need a new block to schedule their token at `step`, in running order."""
+        return self.phase_groups[step % self.block_size]
+
+    def next_finish_step(self) -> int | None:
+        steps = self.finish_steps
+        while steps and steps[0] not in self.finish_events:
             heapq.heappop(steps)
         return steps[0] if steps else None
 
@@ -66,37 +76,23 @@ class DecodeCohort:
         request.synced_step = step
         self.members[request.request_id] = request
         self.ctx_offset += request.num_computed_tokens + 1 - step
-        epoch = self.epoch.get(request.request_id, 0)
+        phase = (step - request.num_computed_tokens) % self.block_size
+        keys = self.phase_keys[phase]
+        position = bisect.bisect(keys, request.running_seq)
+        keys.insert(position, request.running_seq)
+        self.phase_groups[phase].insert(position, request)
         finish_step = step + request.output_len - request.num_output_tokens - 1
-        self._file(self.finish_events, finish_step, epoch, request)
-        self._file_block_event(request, step, epoch)
-
-    def _file_block_event(self, request: Request, step: int, epoch: int) -> None:
-        # it needs a new block at the first step where its computed tokens fill whole blocks
-        block_step = step + (-request.num_computed_tokens) % self.block_size
-        finish_step = step + request.output_len - request.num_output_tokens - 1
-        if block_step <= finish_step:
-            self._file(self.block_events, block_step, epoch, request)
-
-    def _file(self, calendar: dict[int, list[tuple[int, Request]]], step: int, epoch: int, request: Request) -> None:
-        entries = calendar.get(step)
+        entries = self.finish_events.get(finish_step)
+        entry = (self.epoch.get(request.request_id, 0), request)
         if entries is None:
-            calendar[step] = [(epoch, request)]
-            heapq.heappush(self.event_steps, step)
+            self.finish_events[finish_step] = [entry]
+            heapq.heappush(self.finish_steps, finish_step)
         else:
-            entries.append((epoch, request))
+            entries.append(entry)
 
-    def refile_block_event(self, request: Request, step: int) -> None:
-        """After its block event at `step` (synced there), file the next one a block later."""
-        block_step = step + self.block_size
-        finish_step = step + request.output_len - request.num_output_tokens - 1
-        if block_step <= finish_step:
-            epoch = self.epoch.get(request.request_id, 0)
-            self._file(self.block_events, block_step, epoch, request)
-
-    def take_events(self, calendar: dict[int, list[tuple[int, Request]]], step: int) -> list[Request]:
-        """Valid entries for `step`, in running order."""
-        entries = calendar.pop(step, None)
+    def take_finishes(self, step: int) -> list[Request]:
+        """Members producing their last token at `step`, in running order."""
+        entries = self.finish_events.pop(step, None)
         if not entries:
             return []
         epochs, members = self.epoch, self.members
@@ -126,19 +122,22 @@ class DecodeCohort:
 
     def leave(self, request: Request, step: int) -> None:
         self.sync(request, step)
-        if self.kv_cache.enable_prefix_caching:
+        if self.kv_cache.enable_prefix_caching and request.is_shareable:
             self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         del self.members[request.request_id]
         self.ctx_offset -= request.num_computed_tokens + 1 - step
         self.epoch[request.request_id] = self.epoch.get(request.request_id, 0) + 1
+        phase = (step - request.num_computed_tokens) % self.block_size
+        position = bisect.bisect_left(self.phase_keys[phase], request.running_seq)
+        del self.phase_keys[phase][position]
+        del self.phase_groups[phase][position]
 
     def materialize_all(self, step: int) -> None:
         """Every member leaves: the reference scheduler takes over with exact counters."""
         for request in list(self.members.values()):
             self.leave(request, step)
-        self.block_events.clear()
         self.finish_events.clear()
-        self.event_steps.clear()
+        self.finish_steps.clear()
 
 
 def _running_seq(request: Request) -> int:

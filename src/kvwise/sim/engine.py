@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from kvwise.sim.cohort import DecodeCohort
 from kvwise.sim.kv_cache_manager import KVCacheManager
+from kvwise.sim.records import ITL_BINS_PER_E, ItlBin, StepLog
 from kvwise.sim.request import Request, Status
 from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvwise.sim.steptime import StepWeights
 
-ITL_BINS_PER_E = 1000  # ITL histogram resolution: bins 0.1 % wide
 MAX_SAMPLES = 2000  # time-series points kept (older ones are thinned by halves)
 
 
@@ -46,6 +46,16 @@ class EngineConfig:
     is_v0: bool = False
     num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
 
+    def __post_init__(self) -> None:
+        # vLLM refuses to start unless one request of max_model_len fits the pool (less the
+        # null block); without that a lone request could wait forever
+        usable_tokens = (self.num_gpu_blocks - 1) * self.block_size
+        if usable_tokens < self.max_model_len:
+            raise ValueError(
+                f"a KV pool of {usable_tokens} tokens cannot hold one max_model_len "
+                f"({self.max_model_len}) request; vLLM would not start"
+            )
+
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs,
@@ -56,24 +66,6 @@ class EngineConfig:
             is_v0=self.is_v0,
             num_scheduler_steps=self.num_scheduler_steps,
         )
-
-
-class StepLog:
-    """Per-step token counts and start times, kept only when fitting step-time coefficients."""
-
-    __slots__ = ("context", "pairs_x2", "reqs", "start_s", "tokens")
-
-    def __init__(self) -> None:
-        self.tokens, self.pairs_x2 = array("q"), array("q")
-        self.context, self.reqs = array("q"), array("q")
-        self.start_s = array("d")
-
-    def add(self, start_s: float, tokens: int, pairs_x2: int, context: int, reqs: int) -> None:
-        self.start_s.append(start_s)
-        self.tokens.append(tokens)
-        self.pairs_x2.append(pairs_x2)
-        self.context.append(context)
-        self.reqs.append(reqs)
 
 
 class Engine:
@@ -160,6 +152,7 @@ class Engine:
         else:
             cohort.materialize_all(step)
             plan, num_lazy = self.scheduler.schedule(), 0
+        assert plan.num_scheduled_reqs or len(cohort) or self.scheduler.running, "engine stalled"
         for request in plan.scheduled:
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = start
@@ -169,7 +162,11 @@ class Engine:
         )
         if self.step_log is not None:
             self.step_log.add(
-                start, num_tokens, plan.prefill_attention_x2, plan.decode_context, plan.num_scheduled_reqs
+                start,
+                num_tokens,
+                plan.prefill_attention_x2,
+                plan.decode_context,
+                plan.num_scheduled_reqs,
             )
         self._end_step(step_s, num_lazy)
         self._apply_outputs(plan, step, step_s)
@@ -177,7 +174,7 @@ class Engine:
     def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
         now, cohort, scheduler = self.now, self.cohort, self.scheduler
         done: list[Request] = []
-        for request in cohort.take_events(cohort.finish_events, step):
+        for request in cohort.take_finishes(step):
             cohort.leave(request, step + 1)  # its last token came out of this step
             scheduler.finish(request)
             done.append(request)
@@ -262,18 +259,7 @@ class Engine:
     def _schedule_fast(self, step: int) -> StepPlan:
         scheduler, cohort = self.scheduler, self.cohort
         plan = StepPlan()
-        stopped = False
-        for request in cohort.take_events(cohort.block_events, step):
-            if request.request_id not in cohort.members:
-                continue  # preempted earlier in this step
-            cohort.sync(request, step)
-            if not self.kv_cache.append_block(request):
-                if self.kv_cache.enable_prefix_caching:  # the reference path caches as it goes
-                    self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
-                if not scheduler.allocate_or_preempt(request, 1, plan):
-                    stopped = True  # it preempted itself, and everything after it
-                    break
-            cohort.refile_block_event(request, step)
+        stopped = not self._grant_blocks(step, plan)
         num_lazy = len(cohort)
         budget = self.config.max_num_batched_tokens - num_lazy
         if not stopped:
@@ -286,36 +272,114 @@ class Engine:
         plan.num_scheduled_reqs += num_lazy
         return plan
 
+    def _grant_blocks(self, step: int, plan: StepPlan) -> bool:
+        """New blocks for the decoders that need one at this step, in running order; on a
+        shortage the reference allocation preempts the newest. False if a decoder preempted
+        itself (vLLM's running loop stops there)."""
+        cohort, kv_cache = self.cohort, self.kv_cache
+        group = cohort.needing_blocks(step)
+        if len(group) <= kv_cache.pool.num_free_blocks:
+            kv_cache.pool.grant_blocks(group)
+            return True
+        for request in list(group):
+            if request.request_id not in cohort.members or kv_cache.append_block(request):
+                continue  # preempted earlier in this step, or served
+            cohort.sync(request, step)
+            if kv_cache.enable_prefix_caching and request.is_shareable:  # as the reference path
+                kv_cache.cache_full_blocks(request, request.num_computed_tokens)
+            if not self.scheduler.allocate_or_preempt(request, 1, plan):
+                return False
+        return True
+
     def _pure_decode_ready(self) -> bool:
         """Nothing but the implicit decoders can run at this step boundary."""
         cohort, scheduler = self.cohort, self.scheduler
         if not cohort.members or len(cohort.members) != len(scheduler.running):
             return False
-        next_event = cohort.next_event_step()
-        if next_event is not None and next_event <= self.step_index:
+        step = self.step_index
+        if cohort.next_finish_step() == step:
+            return False
+        if len(cohort.needing_blocks(step)) > self.kv_cache.pool.num_free_blocks:
             return False
         budget = self.config.max_num_batched_tokens - len(cohort.members)
         if budget < 0:
             return False
         # a blocked queue head stays blocked: no block is freed and no budget or seat appears
-        # before the next event
+        # before the next finish
         return not scheduler.waiting or not scheduler.can_admit_head(budget)
 
     def _run_pure_decode(self) -> None:
-        cohort, w = self.cohort, self.weights
+        """Decode-only steps in a tight loop, until an arrival, a finish, or a block shortage."""
+        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
         num_decode = len(cohort.members)
         step = self.step_index
-        next_event = cohort.next_event_step()
-        last_step = next_event if next_event is not None else step + 10**12
+        next_finish = cohort.next_finish_step()
+        last_step = next_finish if next_finish is not None else step + 10**12
         next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
         context = cohort.decode_context(step)
+        groups, block_size = cohort.phase_groups, cohort.block_size
         # StepWeights.step_s(num_decode, 0, context, num_decode) with its constant part hoisted:
         # the same float operations in the same order, so the same result bit for bit
         excess = w.gemm_token_s * num_decode - w.weight_read_s
         fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
         context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
+        if self.step_log is not None or self.on_progress is not None:
+            self._pure_decode_steps(step, last_step, next_arrival_s, context, fixed_s)
+            return
+        # _end_step inlined, with the same float operations in the same order
+        usable = self.config.num_gpu_blocks - 1
+        used = usable - pool.num_free_blocks
+        now, busy_s, kv_block_s, max_used = (
+            self.now,
+            self.busy_s,
+            self.kv_block_s,
+            self.max_used_blocks,
+        )
+        append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
+        itl = ItlBin()
+        while step < last_step and now < next_arrival_s:
+            group = groups[step % block_size]
+            if group:
+                if len(group) > pool.num_free_blocks:
+                    break
+                pool.grant_blocks(group)
+                used = usable - pool.num_free_blocks
+                if used > max_used:
+                    max_used = used
+            step_s = fixed_s + context_token_s * context + reqs_s
+            now += step_s
+            append_end(now)
+            busy_s += step_s
+            kv_block_s += used * step_s
+            if not itl.lo <= step_s < itl.hi:
+                itl.flush(hist)
+                itl.start(step_s)
+            itl.count += num_decode
+            step += 1
+            context += num_decode
+            if now >= next_sample_s:
+                self.now, self.step_index = now, step
+                self._sample()
+                next_sample_s = self._next_sample_s
+        itl.flush(hist)
+        self.now, self.step_index, self.busy_s, self.kv_block_s = now, step, busy_s, kv_block_s
+        self.max_used_blocks = max_used
+
+    def _pure_decode_steps(
+        self, step: int, last_step: int, next_arrival_s: float, context: int, fixed_s: float
+    ) -> None:
+        """The same loop through `_end_step`, when steps are logged or progress reported."""
+        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
+        num_decode = len(cohort.members)
+        groups, block_size = cohort.phase_groups, cohort.block_size
+        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
         log = self.step_log
         while step < last_step and self.now < next_arrival_s:
+            group = groups[step % block_size]
+            if group:
+                if len(group) > pool.num_free_blocks:
+                    break
+                pool.grant_blocks(group)
             step_s = fixed_s + context_token_s * context + reqs_s
             if log is not None:
                 log.add(self.now, num_decode, 0, context, num_decode)

@@ -25,7 +25,6 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
 from kvwise.core.models import ModelSpec
-from kvwise.errors import KvwiseError
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimResult, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
@@ -39,12 +38,18 @@ BARS = {"output_throughput": 0.10, "mean_tpot_ms": 0.15, "median_ttft_ms": 0.30}
 # published config.json files), plus fields that differ.
 MODEL_STAND_INS: dict[str, tuple[str, dict[str, Any]]] = {
     "nvidia/AceMath-7B-Instruct": ("Qwen/Qwen2.5-7B", {}),  # Qwen2.5-Math-7B shapes
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": ("Qwen/Qwen2.5-1.5B", {"tie_word_embeddings": False}),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": (
+        "Qwen/Qwen2.5-1.5B",
+        {"tie_word_embeddings": False},
+    ),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": ("Qwen/Qwen2.5-14B", {}),
     "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": ("meta-llama/Llama-3.3-70B-Instruct", {}),
     "meta-llama/Meta-Llama-3-70B-Instruct": ("meta-llama/Llama-3.1-70B-Instruct", {}),
     "Qwen/QwQ-32B-Preview": ("Qwen/QwQ-32B", {}),
-    "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF-FP8-dynamic": ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", {}),
+    "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF-FP8-dynamic": (
+        "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
+        {},
+    ),
     "01-ai/Yi-34B": ("01-ai/Yi-1.5-34B", {}),
     "mistralai/Mistral-7B-Instruct-v0.3": ("mistralai/Mistral-7B-v0.3", {}),
 }
@@ -77,7 +82,9 @@ class Measured:
         ttft = self.median_ttft_ms or self.mean_ttft_ms
         if self.failures:
             return True
-        return bool(ttft and self.mean_tpot_ms and ttft > OVERLOAD_TTFT_OVER_TPOT * self.mean_tpot_ms)
+        return bool(
+            ttft and self.mean_tpot_ms and ttft > OVERLOAD_TTFT_OVER_TPOT * self.mean_tpot_ms
+        )
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,9 @@ def compare(case: Case, result: SimResult) -> Outcome:
             continue
         if measured:
             errors[metric] = (predicted[metric] - measured) / measured
-    queueing = predicted["median_ttft_ms"] > OVERLOAD_TTFT_OVER_TPOT * max(predicted["mean_tpot_ms"], 1e-9)
+    queueing = predicted["median_ttft_ms"] > OVERLOAD_TTFT_OVER_TPOT * max(
+        predicted["mean_tpot_ms"], 1e-9
+    )
     overload = queueing or predicted["num_preemptions"] > 0
     return Outcome(case, {k: predicted[k] for k in predicted}, errors, overload)
 
@@ -215,7 +224,10 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for metric in METRICS:
             errs = [abs(o.errors[metric]) for o in selected if metric in o.errors]
-            row[metric] = {"median_abs_error": statistics.median(errs) if errs else None, "n": len(errs)}
+            row[metric] = {
+                "median_abs_error": statistics.median(errs) if errs else None,
+                "n": len(errs),
+            }
         return row
 
     calm = [o for o in outcomes if not o.case.is_overloaded]
@@ -224,8 +236,14 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         "all": medians(calm),
         "held_out": medians([o for o in calm if o.case.is_held_out]),
         "fitted_on": medians([o for o in calm if not o.case.is_held_out]),
-        "by_gpu": {gpu: medians([o for o in calm if o.case.gpu == gpu]) for gpu in sorted({o.case.gpu for o in calm})},
-        "by_source": {s: medians([o for o in calm if o.case.source == s]) for s in sorted({o.case.source for o in calm})},
+        "by_gpu": {
+            gpu: medians([o for o in calm if o.case.gpu == gpu])
+            for gpu in sorted({o.case.gpu for o in calm})
+        },
+        "by_source": {
+            s: medians([o for o in calm if o.case.source == s])
+            for s in sorted({o.case.source for o in calm})
+        },
         "overload": {
             "n": len(overloaded),
             "predicted": sum(1 for o in overloaded if o.predicts_overload),
@@ -233,3 +251,40 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         },
         "ttft_unexplained": sorted(o.case.case_id for o in outcomes if o.case.ttft_unexplained),
     }
+
+
+def evaluate(
+    path: str | Path, seed: int = 0
+) -> tuple[list[Outcome], list[Skipped], dict[str, Any]]:
+    """Every reproducible record simulated and compared, skipped ones with their reasons."""
+    cases, skipped = load_cases(path)
+    outcomes = [compare(case, run_case(case, seed=seed)) for case in cases]
+    return outcomes, skipped, summarize(outcomes)
+
+
+def report_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary as text: median |error| (n) per metric, pooled, held out, per GPU, per source."""
+
+    def row(label: str, medians: dict[str, Any]) -> str:
+        cells = []
+        for metric in METRICS:
+            cell = medians[metric]
+            value = (
+                "n/a" if cell["median_abs_error"] is None else f"{cell['median_abs_error']:5.1%}"
+            )
+            cells.append(f"{metric} {value} (n={cell['n']})")
+        return f"  {label:<28} " + "   ".join(cells)
+
+    lines = ["simulator fidelity, median |relative error| on sub-saturation points:"]
+    lines += [row(name, summary[name]) for name in ("all", "fitted_on", "held_out")]
+    lines += [row(f"gpu {gpu}", m) for gpu, m in summary["by_gpu"].items()]
+    lines += [row(f"source {source}", m) for source, m in summary["by_source"].items()]
+    overload = summary["overload"]
+    lines.append(
+        f"  overloaded points: {overload['predicted']} of {overload['n']} predicted to queue or preempt"
+        + (f"; missed: {', '.join(overload['missed'])}" if overload["missed"] else "")
+    )
+    lines.append(
+        f"  TTFT not explained by load (excluded from TTFT): {len(summary['ttft_unexplained'])} points"
+    )
+    return lines

@@ -19,7 +19,9 @@ from kvwise.sim.workloads import WorkloadSpec
 IOG_MAX_MODEL_LEN = 8192
 
 
-def case_from_record(record: dict[str, Any], capacities: dict[str, dict[str, Any]]) -> Case | Skipped:
+def case_from_record(
+    record: dict[str, Any], capacities: dict[str, dict[str, Any]]
+) -> Case | Skipped:
     record_id = record["id"]
     if record.get("engine") != "vllm":
         return Skipped(record_id, f"engine {record.get('engine')}, not vLLM")
@@ -70,8 +72,13 @@ def _iog(record: dict[str, Any], gpu: str, capacities: dict[str, dict[str, Any]]
         mean_ttft_ms=m["ttft_mean_ms"],
         failures=int(w["num_prompts"]) - completed,
     )
-    notes = ("max_model_len assumed 8192 (not recorded)", "ShareGPT lengths synthetic with the run's means")
-    return Case(record["id"], "iog", gpu, record["model"], "0.8.5", flags, workload, measured, None, notes)
+    notes = (
+        "max_model_len assumed 8192 (not recorded)",
+        "ShareGPT lengths synthetic with the run's means",
+    )
+    return Case(
+        record["id"], "iog", gpu, record["model"], "0.8.5", flags, workload, measured, None, notes
+    )
 
 
 def _shared_prefix_workload(w: dict[str, Any], m: dict[str, Any]) -> WorkloadSpec:
@@ -126,8 +133,16 @@ def _infsim_train(record: dict[str, Any], gpu: str, capacities: dict[str, dict[s
         "mean TPOT derived from mean E2E, TTFT and output length",
     )
     return Case(
-        record["id"], "infsim-train", gpu, record["model"], "0.15.1", _server_flags(record),
-        _shared_prefix_workload(w, m), measured, blocks, notes,
+        record["id"],
+        "infsim-train",
+        gpu,
+        record["model"],
+        "0.15.1",
+        _server_flags(record),
+        _shared_prefix_workload(w, m),
+        measured,
+        blocks,
+        notes,
     )
 
 
@@ -141,8 +156,16 @@ def _infsim_s2r(record: dict[str, Any], gpu: str, capacities: dict[str, dict[str
     )
     notes = ("only mean ITL published: compared as mean TPOT", "CPU KV offload not modelled")
     return Case(
-        record["id"], "infsim-s2r", gpu, record["model"], "0.15.1", _server_flags(record),
-        _shared_prefix_workload(w, {}), measured, blocks, notes,
+        record["id"],
+        "infsim-s2r",
+        gpu,
+        record["model"],
+        "0.15.1",
+        _server_flags(record),
+        _shared_prefix_workload(w, {}),
+        measured,
+        blocks,
+        notes,
     )
 
 
@@ -167,11 +190,22 @@ def _sglang_readme(record: dict[str, Any], gpu: str, capacities: dict[str, dict[
         median_ttft_ms=m.get("ttft_median_ms"),
     )
     flags = VllmFlags(max_model_len=4096, tensor_parallel_size=_tp(record))
-    steps = re.search(r"--num-scheduler-steps (\d+)", str((record.get("server_flags") or {}).get("vllm", "")))
+    steps = re.search(
+        r"--num-scheduler-steps (\d+)", str((record.get("server_flags") or {}).get("vllm", ""))
+    )
     notes = ("ShareGPT means assumed from IOG Llama-3 runs",)
     return Case(
-        record["id"], "sglang-readme", gpu, record["model"], "0.6.0", flags, workload, measured,
-        None, notes, num_scheduler_steps=int(steps.group(1)) if steps else 1,
+        record["id"],
+        "sglang-readme",
+        gpu,
+        record["model"],
+        "0.6.0",
+        flags,
+        workload,
+        measured,
+        None,
+        notes,
+        num_scheduler_steps=int(steps.group(1)) if steps else 1,
     )
 
 
@@ -179,8 +213,12 @@ def _a10g_single(record: dict[str, Any], gpu: str, capacities: dict[str, dict[st
     m = record["metrics"]
     output = m["mean_output_tokens_per_request"]
     workload = WorkloadSpec(
-        "random", num_prompts=int(record["workload"]["num_requests"]), max_concurrency=1,
-        input_len=64, output_len=round(output), max_tokens=128,
+        "random",
+        num_prompts=int(record["workload"]["num_requests"]),
+        max_concurrency=1,
+        input_len=64,
+        output_len=round(output),
+        max_tokens=128,
     )
     # TPOT from the published means: (E2E - TTFT) / (output tokens - 1)
     tpot_ms = (m["e2e_mean_ms"] - m["ttft_mean_ms"]) / (output - 1)
@@ -191,9 +229,16 @@ def _a10g_single(record: dict[str, Any], gpu: str, capacities: dict[str, dict[st
         mean_ttft_ms=m["ttft_mean_ms"],
         mean_e2el_ms=m["e2e_mean_ms"],
     )
-    flags = VllmFlags(enable_prefix_caching=True, max_model_len=8192, gpu_memory_utilization=0.85, dtype="bfloat16")
+    flags = VllmFlags(
+        enable_prefix_caching=True,
+        max_model_len=8192,
+        gpu_memory_utilization=0.85,
+        dtype="bfloat16",
+    )
     notes = ("mean TPOT derived from mean E2E, TTFT and output length",)
-    return Case(record["id"], "a10g", gpu, record["model"], "0.18.0", flags, workload, measured, None, notes)
+    return Case(
+        record["id"], "a10g", gpu, record["model"], "0.18.0", flags, workload, measured, None, notes
+    )
 
 
 def _blog_mushfiq(record: dict[str, Any], gpu: str, capacities: dict[str, dict[str, Any]]) -> Case:
@@ -204,8 +249,12 @@ def _blog_mushfiq(record: dict[str, Any], gpu: str, capacities: dict[str, dict[s
     mean_output = m["output_throughput_tok_s"] / m["request_throughput_rps"]
     ratio = max_tokens / mean_output - 1
     workload = WorkloadSpec(
-        "random", num_prompts=int(w["num_prompts"]), max_concurrency=int(w["max_concurrency"]),
-        input_len=int(w["input_len"]), output_len=round(mean_output), range_ratio=ratio,
+        "random",
+        num_prompts=int(w["num_prompts"]),
+        max_concurrency=int(w["max_concurrency"]),
+        input_len=int(w["input_len"]),
+        output_len=round(mean_output),
+        range_ratio=ratio,
         max_tokens=max_tokens,
     )
     measured = Measured(
@@ -217,4 +266,15 @@ def _blog_mushfiq(record: dict[str, Any], gpu: str, capacities: dict[str, dict[s
         "vLLM version and flags not stated: latest defaults",
         "output lengths uniform with the mean the blog's throughputs imply",
     )
-    return Case(record["id"], "blog-4090", gpu, record["model"], None, VllmFlags(), workload, measured, None, notes)
+    return Case(
+        record["id"],
+        "blog-4090",
+        gpu,
+        record["model"],
+        None,
+        VllmFlags(),
+        workload,
+        measured,
+        None,
+        notes,
+    )

@@ -5,6 +5,8 @@ least one token is computed so that the model yields logits). `allocate_slots` g
 the blocks for its next `num_new_tokens`, or returns False and changes nothing when the pool
 cannot supply them; it then registers the request's newly full blocks in the prefix cache (vLLM
 caches blocks when they are allocated for tokens being scheduled, before they are computed).
+Blocks of a request no other request can share (`Request.is_shareable` false) are registered
+only when it is preempted: no lookup could find them before, so nothing observable changes.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ class KVCacheManager:
         none of its blocks has been evicted since, and only extended (the same result as a
         fresh walk from the first block).
         """
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or not (request.is_shareable or request.num_preemptions):
+            return []  # nobody registered these tokens: no other request has them
         block_size, pool = self.block_size, self.pool
         max_blocks = (request.num_tokens - 1) // block_size
         hits = self._still_valid_hits(request)
@@ -129,7 +131,7 @@ class KVCacheManager:
         num_new_blocks = cdiv(need_slot, block_size) - len(request.block_ids)
         if num_new_blocks > 0:
             request.block_ids.extend(pool.get_new_blocks(num_new_blocks))
-        if self.enable_prefix_caching:
+        if self.enable_prefix_caching and request.is_shareable:
             self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return True
 

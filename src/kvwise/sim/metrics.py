@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvwise.sim.engine import ITL_BINS_PER_E, Engine
+from kvwise.sim.engine import Engine
+from kvwise.sim.records import ITL_BINS_PER_E
 from kvwise.sim.request import Request
 
 
@@ -95,7 +96,8 @@ def summarize(engine: Engine) -> dict[str, Any]:
         "mean_kv_usage": engine.kv_block_s / usable / duration,
         "prefix_cache_hit_rate": (
             scheduler.prefix_hit_tokens / scheduler.prefix_queried_tokens
-            if scheduler.prefix_queried_tokens else 0.0
+            if scheduler.prefix_queried_tokens
+            else 0.0
         ),
         "num_steps": engine.step_index,
         "busy_fraction": engine.busy_s / duration,

@@ -41,7 +41,10 @@ def _polyline(xs: list[float], ys: list[float], x_max: float, y_max: float, colo
         return ""
     sx = (WIDTH - 2 * MARGIN) / (x_max or 1.0)
     sy = (HEIGHT - 2 * MARGIN) / (y_max or 1.0)
-    points = " ".join(f"{MARGIN + x * sx:.1f},{HEIGHT - MARGIN - y * sy:.1f}" for x, y in zip(xs, ys))
+    points = " ".join(
+        f"{MARGIN + x * sx:.1f},{HEIGHT - MARGIN - y * sy:.1f}"
+        for x, y in zip(xs, ys, strict=False)
+    )
     return f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{points}"/>'
 
 
@@ -49,7 +52,10 @@ def _svg_chart(title: str, x_key: str, y_key: str, scale: float, runs: Runs) -> 
     series = [(r.series[x_key], [v * scale for v in r.series[y_key]]) for _, r in runs]
     x_max = max((max(xs) for xs, _ in series if xs), default=1.0)
     y_max = max((max(ys) for _, ys in series if ys), default=1.0) * 1.05 or 1.0
-    lines = "".join(_polyline(xs, ys, x_max, y_max, COLOURS[i % len(COLOURS)]) for i, (xs, ys) in enumerate(series))
+    lines = "".join(
+        _polyline(xs, ys, x_max, y_max, COLOURS[i % len(COLOURS)])
+        for i, (xs, ys) in enumerate(series)
+    )
     axes = (
         f'<line x1="{MARGIN}" y1="{HEIGHT - MARGIN}" x2="{WIDTH - MARGIN}" y2="{HEIGHT - MARGIN}" stroke="#888"/>'
         f'<line x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{HEIGHT - MARGIN}" stroke="#888"/>'
@@ -75,17 +81,25 @@ def html_report(runs: Runs) -> str:
 
 def _write_png(path: str, runs: Runs) -> None:
     try:
-        import matplotlib  # type: ignore[import-not-found]
+        import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+        import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("--plot FILE.png needs matplotlib (pip install 'kvwise[plot]'), or use FILE.html") from exc
+        raise UsageError(
+            "--plot FILE.png needs matplotlib (pip install 'kvwise[plot]'), or use FILE.html"
+        ) from exc
     figure, axes = plt.subplots(len(CHARTS), 1, figsize=(9, 2.4 * len(CHARTS)), sharex=False)
-    for axis, (title, x_key, y_key, scale) in zip(axes, CHARTS):
+    for axis, (title, x_key, y_key, scale) in zip(axes, CHARTS, strict=False):
         for i, (label, result) in enumerate(runs):
             ys = [v * scale for v in result.series[y_key]]
-            axis.plot(result.series[x_key], ys, color=COLOURS[i % len(COLOURS)], label=label, linewidth=1.2)
+            axis.plot(
+                result.series[x_key],
+                ys,
+                color=COLOURS[i % len(COLOURS)],
+                label=label,
+                linewidth=1.2,
+            )
         axis.set_title(title, fontsize=10, loc="left")
         axis.set_xlabel("time (s)", fontsize=8)
     axes[0].legend(fontsize=8)

@@ -77,8 +77,12 @@ def load_replay(path: str, spec: WorkloadSpec) -> Workload:
         try:
             record = _Record.model_validate(json.loads(line))
         except (json.JSONDecodeError, ValidationError) as exc:
-            first = str(exc).splitlines()[0] if isinstance(exc, json.JSONDecodeError) else _first_error(exc)
-            raise DataError(f"{path}:{line_no}: {first}") from exc
+            why = (
+                str(exc).splitlines()[0]
+                if isinstance(exc, json.JSONDecodeError)
+                else _first_error(exc)
+            )
+            raise DataError(f"{path}:{line_no}: {why}") from exc
         output_len = record.output_len or record.max_tokens or spec.output_len
         max_tokens = max(record.max_tokens or output_len, output_len)
         turn = Turn(_prompt(record, line_no), max_tokens, output_len)
@@ -87,11 +91,11 @@ def load_replay(path: str, spec: WorkloadSpec) -> Workload:
     if not sessions:
         raise DataError(f"{path}: no requests")
     order = sorted(range(len(sessions)), key=lambda i: (times[i], i))
-    first = times[order[0]]
+    start_s = times[order[0]]
     return Workload(
         "replay",
         tuple(sessions[i] for i in order),
-        tuple(times[i] - first for i in order),
+        tuple(times[i] - start_s for i in order),
         spec.max_concurrency,
         f"replay {path}: {len(sessions)} requests",
     )

@@ -16,6 +16,7 @@ from kvwise.sim.runner import SimResult
 from kvwise.sim.workloads import WorkloadSpec
 
 QUEUEING_TTFT_OVER_TPOT = 5.0  # median TTFT this many TPOTs: requests wait many steps
+QUEUEING_MIN_TTFT_MS = 500.0  # and long enough for a user to notice
 
 # (label, metric key, format) rows of the table
 ROWS: tuple[tuple[str, str, str], ...] = (
@@ -54,7 +55,9 @@ def config_json(dep: Deployment) -> dict[str, Any]:
     }
 
 
-def simulation_json(model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, runs: list[Run]) -> dict[str, Any]:
+def simulation_json(
+    model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, runs: list[Run]
+) -> dict[str, Any]:
     base = runs[0]
     payload: dict[str, Any] = {
         "model": model_id,
@@ -66,7 +69,11 @@ def simulation_json(model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, 
     payload |= _rounded(base.result.metrics)
     if len(runs) > 1:
         payload["compare"] = [
-            {"label": r.label, "config": config_json(r.deployment), "metrics": _rounded(r.result.metrics)}
+            {
+                "label": r.label,
+                "config": config_json(r.deployment),
+                "metrics": _rounded(r.result.metrics),
+            }
             for r in runs
         ]
     return payload
@@ -95,13 +102,17 @@ def verdicts(result: SimResult) -> list[str]:
     """Plain-language findings: preemption, queueing, rejections."""
     m, found = result.metrics, []
     if m["rejected"]:
-        found.append(f"{m['rejected']} requests rejected (prompt + max_tokens > max_model_len {result.config.engine.max_model_len})")
+        limit = result.config.engine.max_model_len
+        found.append(
+            f"{m['rejected']} requests rejected (prompt + max_tokens > max_model_len {limit})"
+        )
     if m["num_preemptions"]:
         found.append(
             f"KV pool full: {m['num_preemptions']} preemptions (recomputed from scratch) "
             f"hit {m['num_preempted_requests']} requests"
         )
-    if m["median_tpot_ms"] and m["median_ttft_ms"] > QUEUEING_TTFT_OVER_TPOT * m["median_tpot_ms"]:
+    ttft, tpot = m["median_ttft_ms"], m["median_tpot_ms"]
+    if ttft > QUEUEING_MIN_TTFT_MS and ttft > QUEUEING_TTFT_OVER_TPOT * tpot:
         found.append(
             f"requests queue: median TTFT {m['median_ttft_ms'] / 1000:.2f} s, "
             f"{m['mean_queue_ms'] / 1000:.2f} s waiting on average"
@@ -110,14 +121,22 @@ def verdicts(result: SimResult) -> list[str]:
 
 
 def print_report(
-    model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, runs: list[Run], *, plot_path: str | None = None
+    model_id: str,
+    gpu: GpuSpec,
+    spec: WorkloadSpec,
+    seed: int,
+    runs: list[Run],
+    *,
+    plot_path: str | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     plan = runs[0].deployment.plan
-    console.print(f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), vLLM {plan.vllm_version} ({plan.engine})")
+    console.print(
+        f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), vLLM {plan.vllm_version} ({plan.engine})"
+    )
     console.print(f"workload: {runs[0].result.workload.description} (seed {seed})")
     for run in runs:
         e = run.deployment.config.engine

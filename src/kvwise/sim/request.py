@@ -29,6 +29,7 @@ class Request:
 
     __slots__ = (
         "arrival_s",
+        "arrival_step",
         "block_hashes",
         "block_ids",
         "finish_s",
@@ -37,6 +38,7 @@ class Request:
         "first_token_step",
         "hash_off",
         "hash_seg",
+        "is_shareable",
         "last_step",
         "last_token_s",
         "lookup_hits",
@@ -56,7 +58,6 @@ class Request:
         "request_id",
         "running_seq",
         "sent_s",
-        "arrival_step",
         "status",
         "synced_step",
     )
@@ -72,6 +73,7 @@ class Request:
         sent_s: float = 0.0,
         arrival_s: float = 0.0,
         owner: object = None,
+        is_shareable: bool = True,
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
@@ -83,6 +85,10 @@ class Request:
         self.sent_s = sent_s  # when the client sent it: TTFT and E2E count from here
         self.arrival_s = arrival_s  # when the engine could first see it (after the API server)
         self.owner = owner  # the workload's handle (session), returned on completion
+        # whether another request may contain its tokens (a shared system prompt, a session's
+        # next turn); if not, its blocks enter the prefix cache only when it is preempted,
+        # the one time it could look them up itself
+        self.is_shareable = is_shareable
         self.status = Status.WAITING
         self.num_output_tokens = 0
         self.num_computed_tokens = 0
@@ -127,20 +133,37 @@ class Request:
         self.hash_seg, self.hash_off = previous.hash_seg, previous.hash_off
 
     def ensure_block_hashes(self, num_blocks: int, block_size: int) -> None:
-        """Hash full blocks up to `num_blocks`, lazily, chaining each on its parent."""
-        hashes = self.block_hashes
-        while len(hashes) < num_blocks:
-            hashes.append(self._next_block_hash(hashes[-1] if hashes else ROOT_HASH, block_size))
+        """Hash full blocks up to `num_blocks`, lazily, chaining each on its parent.
 
-    def _next_block_hash(self, parent: int, block_size: int) -> int:
-        seg_index, offset = self.hash_seg, self.hash_off
-        seg_id, length = self.segment(seg_index)
-        while offset >= length:  # start at the first token not hashed yet, whatever the cursor
-            seg_index, offset = seg_index + 1, 0
+        A block inside one segment hashes (parent, seg_id, offset); a block across segments
+        hashes (parent, its pieces). Runs of blocks inside one segment are hashed in one loop.
+        """
+        hashes = self.block_hashes
+        missing = num_blocks - len(hashes)
+        parent = hashes[-1] if hashes else ROOT_HASH
+        while missing > 0:
+            seg_index, offset = self.hash_seg, self.hash_off
             seg_id, length = self.segment(seg_index)
-        if offset + block_size <= length:  # the common case: the block lies inside one segment
-            self.hash_seg, self.hash_off = seg_index, offset + block_size
-            return hash((parent, seg_id, offset))
+            while offset >= length:  # start at the first token not hashed yet
+                seg_index, offset = seg_index + 1, 0
+                seg_id, length = self.segment(seg_index)
+            run = min(missing, (length - offset) // block_size)
+            if run:
+                for _ in range(run):
+                    parent = hash((parent, seg_id, offset))
+                    hashes.append(parent)
+                    offset += block_size
+                self.hash_seg, self.hash_off = seg_index, offset
+                missing -= run
+            else:
+                self.hash_seg, self.hash_off = seg_index, offset
+                parent = self._spanning_block_hash(parent, block_size)
+                hashes.append(parent)
+                missing -= 1
+
+    def _spanning_block_hash(self, parent: int, block_size: int) -> int:
+        """The next block, which starts at the cursor and runs into later segments."""
+        seg_index, offset = self.hash_seg, self.hash_off
         pieces: list[tuple[int, int, int]] = []
         need = block_size
         while need:

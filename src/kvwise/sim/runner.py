@@ -93,7 +93,7 @@ class _Driver:
         self.next_request_id = 0
         self.in_flight = 0
         starts = workload.start_times_s or (0.0,) * len(workload.sessions)
-        self.pending = deque(zip(range(len(workload.sessions)), starts))
+        self.pending = deque(zip(range(len(workload.sessions)), starts, strict=False))
 
     def start(self) -> None:
         self._fill_slots(0.0)
@@ -127,6 +127,7 @@ class _Driver:
             sent_s=sent_s,
             arrival_s=sent_s + self.api_overhead_s,
             owner=state,
+            is_shareable=self.workload.has_shared_segments or len(state.session.turns) > 1,
         )
         if state.previous is not None and not trimmed:
             request.inherit_block_hashes(state.previous)
@@ -137,7 +138,7 @@ class _Driver:
         assert isinstance(state, _SessionState)
         state.turn += 1
         if request.status is Status.FINISHED and state.turn < len(state.session.turns):
-            state.history = request.prompt + [(request.output_seg_id, request.num_output_tokens)]
+            state.history = [*request.prompt, (request.output_seg_id, request.num_output_tokens)]
             state.previous = request
             think_s = state.session.turns[state.turn].think_time_s
             self._send(state, request.finish_s + think_s)

@@ -50,9 +50,9 @@ class StepPlan:
     __slots__ = (
         "decode_context",
         "num_decode_tokens",
+        "num_preempted",
         "num_prefill_tokens",
         "num_scheduled_reqs",
-        "num_preempted",
         "prefill_attention_x2",
         "scheduled",
         "scheduled_tokens",
@@ -111,7 +111,9 @@ class Scheduler:
         if self.config.is_v0:
             self._schedule_v0(plan)
         else:
-            budget = self.schedule_running(plan, list(self.running.values()), self.config.max_num_batched_tokens)
+            budget = self.schedule_running(
+                plan, list(self.running.values()), self.config.max_num_batched_tokens
+            )
             if not plan.num_preempted:
                 self.admit_waiting(plan, budget)
         self.advance_computed(plan)
@@ -145,6 +147,8 @@ class Scheduler:
         """Recompute preemption: free the blocks, forget the progress, back to the queue head."""
         if self.before_preempt is not None:
             self.before_preempt(request)
+        if self.kv_cache.enable_prefix_caching:  # its recompute will look its own blocks up
+            self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         self.kv_cache.free(request)
         request.status = Status.PREEMPTED
         request.num_computed_tokens = 0
@@ -181,7 +185,9 @@ class Scheduler:
         num_new = request.num_tokens - len(hits) * kv_cache.block_size
         if not config.enable_chunked_prefill and num_new > budget:
             return False
-        needed = kv_cache.blocks_needed(request, min(num_new, budget), hits, config.reserve_full_isl)
+        needed = kv_cache.blocks_needed(
+            request, min(num_new, budget), hits, config.reserve_full_isl
+        )
         return needed <= kv_cache.pool.num_free_blocks
 
     def _start_running(self, request: Request, num_computed: int) -> None:
@@ -213,7 +219,7 @@ class Scheduler:
 
     @staticmethod
     def advance_computed(plan: StepPlan) -> None:
-        for request, num_new in zip(plan.scheduled, plan.scheduled_tokens):
+        for request, num_new in zip(plan.scheduled, plan.scheduled_tokens, strict=False):
             request.num_computed_tokens += num_new
 
     # -- after the step ------------------------------------------------------------------
@@ -226,7 +232,10 @@ class Scheduler:
         produced: list[Request] = []
         finished: list[Request] = []
         for request in plan.scheduled:
-            if request.status is not Status.RUNNING or request.num_computed_tokens != request.num_tokens:
+            if (
+                request.status is not Status.RUNNING
+                or request.num_computed_tokens != request.num_tokens
+            ):
                 continue  # a prefill chunk that does not end the prompt
             request.num_output_tokens += 1
             produced.append(request)
@@ -238,6 +247,6 @@ class Scheduler:
     def finish(self, request: Request) -> None:
         request.status = Status.FINISHED
         del self.running[request.request_id]
-        if self.kv_cache.enable_prefix_caching:
+        if self.kv_cache.enable_prefix_caching and request.is_shareable:
             self.kv_cache.cache_full_blocks(request, request.num_computed_tokens)
         self.kv_cache.free(request)

@@ -73,8 +73,10 @@ class StepTimeCoefficients:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
 
     @classmethod
-    def from_vector(cls, values: tuple[float, ...] | list[float], api_overhead_s: float) -> StepTimeCoefficients:
-        return cls(**dict(zip(BASIS_NAMES, values)), api_overhead_s=api_overhead_s)
+    def from_vector(
+        cls, values: tuple[float, ...] | list[float], api_overhead_s: float
+    ) -> StepTimeCoefficients:
+        return cls(**dict(zip(BASIS_NAMES, values, strict=False)), api_overhead_s=api_overhead_s)
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -115,13 +117,17 @@ def step_cost(
     # a ring all-reduce moves 2 (tp - 1) / tp of the message through each link
     activation_bytes = model.dtype_bytes
     ring_factor = 2 * (tp - 1) / tp
-    allreduce_bytes_per_token = 2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
+    allreduce_bytes_per_token = (
+        2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
+    )
     return StepCost(
         weight_read_s=weight_bytes_per_rank / bandwidth,
         kv_read_s_per_token=kv_bytes_per_token / bandwidth,
         linear_s_per_token=2 * active_params(model) / tp / peak_flops,
         attention_s_per_pair=attention_flops_per_pair / peak_flops,
-        allreduce_s_per_token=allreduce_bytes_per_token / gpu.interconnect_bytes_s if tp > 1 else 0.0,
+        allreduce_s_per_token=allreduce_bytes_per_token / gpu.interconnect_bytes_s
+        if tp > 1
+        else 0.0,
         allreduce_calls=2 * model.num_layers if tp > 1 else 0,
         num_layers=model.num_layers,
     )
@@ -155,7 +161,7 @@ def gemm_excess_s(cost: StepCost, num_tokens: int) -> float:
 
 
 def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) -> float:
-    return sum(c * b for c, b in zip(coefficients.vector(), basis_terms))
+    return sum(c * b for c, b in zip(coefficients.vector(), basis_terms, strict=False))
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,7 @@ def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
         gemm_token_s=cost.linear_s_per_token,
         weight_read_s=cost.weight_read_s,
         pair_x2_s=c.attention_compute * cost.attention_s_per_pair / 2,
-        context_token_s=c.kv_read * cost.kv_read_s_per_token + c.attention_compute * cost.attention_s_per_pair,
+        context_token_s=c.kv_read * cost.kv_read_s_per_token
+        + c.attention_compute * cost.attention_s_per_pair,
         request_s=c.request_overhead_s,
     )

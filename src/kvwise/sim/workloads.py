@@ -56,6 +56,9 @@ class Workload:
     start_times_s: tuple[float, ...] | None  # open loop: session start times; None: closed loop
     max_concurrency: int | None  # sessions in flight at most; None: no limit
     description: str = ""
+    # some segment appears in several sessions (a shared system prompt, a replayed message);
+    # False when every session's text is its own (random, sharegpt)
+    has_shared_segments: bool = True
 
     @property
     def num_requests(self) -> int:
@@ -88,9 +91,13 @@ class WorkloadSpec:
 
     def validate(self) -> WorkloadSpec:
         if self.kind not in WORKLOAD_KINDS:
-            raise UsageError(f"unknown workload {self.kind!r}; choose from: {', '.join(WORKLOAD_KINDS)}")
+            raise UsageError(
+                f"unknown workload {self.kind!r}; choose from: {', '.join(WORKLOAD_KINDS)}"
+            )
         if self.arrival not in ARRIVALS:
-            raise UsageError(f"unknown arrival {self.arrival!r}; choose from: {', '.join(ARRIVALS)}")
+            raise UsageError(
+                f"unknown arrival {self.arrival!r}; choose from: {', '.join(ARRIVALS)}"
+            )
         if self.request_rate is not None and not self.request_rate > 0:
             raise UsageError(f"--request-rate must be positive, got {self.request_rate}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
@@ -101,10 +108,19 @@ class WorkloadSpec:
             raise UsageError(f"--range-ratio must be in [0, 1), got {self.range_ratio}")
         if self.think_time_s < 0:
             raise UsageError(f"--think-time-s must not be negative, got {self.think_time_s}")
-        for name in ("num_prompts", "input_len", "output_len", "sessions", "turns",
-                     "num_groups", "prompts_per_group"):
+        for name in (
+            "num_prompts",
+            "input_len",
+            "output_len",
+            "sessions",
+            "turns",
+            "num_groups",
+            "prompts_per_group",
+        ):
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}"
+                )
         for name in ("system_prompt_tokens", "user_tokens", "tool_output_tokens"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must not be negative")
@@ -128,7 +144,12 @@ class SegmentIds:
 
 
 def arrival_times(
-    count: int, rate: float | None, rng: random.Random, *, burstiness: float = 1.0, arrival: str = "poisson"
+    count: int,
+    rate: float | None,
+    rng: random.Random,
+    *,
+    burstiness: float = 1.0,
+    arrival: str = "poisson",
 ) -> tuple[float, ...]:
     """Send times starting at 0: vLLM bench's gamma inter-arrivals (shape = burstiness, mean =
     1 / rate; shape 1 is Poisson), evenly spaced for "constant", all at 0 for no rate."""
@@ -168,7 +189,10 @@ def sharegpt_lengths(
     count: int, mean_input: float, mean_output: float, rng: random.Random
 ) -> list[tuple[int, int]]:
     """(prompt, output) pairs with log-normal lengths, vLLM's ShareGPT filter, and the given means."""
-    pairs = [(rng.lognormvariate(0.0, SHAREGPT_SIGMA), rng.lognormvariate(0.0, SHAREGPT_SIGMA)) for _ in range(count)]
+    pairs = [
+        (rng.lognormvariate(0.0, SHAREGPT_SIGMA), rng.lognormvariate(0.0, SHAREGPT_SIGMA))
+        for _ in range(count)
+    ]
     scale_in = scale_out = 1.0
     lengths: list[tuple[int, int]] = []
     for _ in range(4):  # rescale, clip, and rescale again so the clipped means land on target
@@ -200,11 +224,15 @@ def _agent(spec: WorkloadSpec, rng: random.Random) -> list[Session]:
         for index in range(spec.turns):
             segments: list[Segment] = [system] if index == 0 and spec.system_prompt_tokens else []
             if index > 0 and spec.tool_output_tokens:
-                segments.append((ids.new(), _uniform_len(rng, spec.tool_output_tokens, spec.range_ratio)))
+                segments.append(
+                    (ids.new(), _uniform_len(rng, spec.tool_output_tokens, spec.range_ratio))
+                )
             if spec.user_tokens:
                 segments.append((ids.new(), _uniform_len(rng, spec.user_tokens, spec.range_ratio)))
             output_len = _uniform_len(rng, spec.output_len, spec.range_ratio)
-            think_s = rng.expovariate(1.0 / spec.think_time_s) if index and spec.think_time_s else 0.0
+            think_s = (
+                rng.expovariate(1.0 / spec.think_time_s) if index and spec.think_time_s else 0.0
+            )
             sent_max = max(spec.max_tokens or output_len, output_len)
             turns.append(Turn(tuple(segments), sent_max, output_len, think_s))
         sessions.append(Session(tuple(turns), keeps_history=True))
@@ -243,16 +271,20 @@ def build_workload(spec: WorkloadSpec, rng: random.Random) -> Workload:
         assert spec.replay_path is not None
         return load_replay(spec.replay_path, spec)
     sessions = tuple(BUILDERS[spec.kind](spec, rng))
+    starts: tuple[float, ...] | None
+    concurrency: int | None
     if spec.kind == "agent" and spec.request_rate is None:
         # agent sessions run side by side: all start at once unless a rate or a cap is given
-        starts: tuple[float, ...] | None = None
-        concurrency = spec.max_concurrency or len(sessions)
+        starts, concurrency = None, spec.max_concurrency or len(sessions)
     elif spec.request_rate is None and spec.max_concurrency is not None:
         starts, concurrency = None, spec.max_concurrency
     else:
-        starts = arrival_times(len(sessions), spec.request_rate, rng, burstiness=spec.burstiness, arrival=spec.arrival)
+        starts = arrival_times(
+            len(sessions), spec.request_rate, rng, burstiness=spec.burstiness, arrival=spec.arrival
+        )
         concurrency = spec.max_concurrency
-    return Workload(spec.kind, sessions, starts, concurrency, describe(spec))
+    shared = spec.kind not in ("random", "sharegpt")
+    return Workload(spec.kind, sessions, starts, concurrency, describe(spec), shared)
 
 
 def describe(spec: WorkloadSpec) -> str:
