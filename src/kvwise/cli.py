@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"kvwise: unknown command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"kvwise: unknown command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     try:

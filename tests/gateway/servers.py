@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -51,6 +51,16 @@ def session_config(store: str, history: bool = True, **changes: Any) -> SessionC
     caps = SessionCaps(ttl_s=3600, max_messages=1000, max_bytes=2**20)
     config = SessionConfig(store, caps, history, reply_reserve_tokens=64, max_prompt_tokens=None)
     return replace(config, **changes)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """For state the gateway settles just after the client has its last byte."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 @dataclass

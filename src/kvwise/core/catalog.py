@@ -59,7 +59,10 @@ def _entries() -> dict[str, CatalogEntry]:
         # the copied keys win; fill only what the partial copy lacks
         config = fill["keys"] | entry.config
         entries[model_id.lower()] = CatalogEntry(
-            entry.model_id, config, entry.sources, entry.published_params,
+            entry.model_id,
+            config,
+            entry.sources,
+            entry.published_params,
             f"{fill['note']}. {entry.notes}",
         )
     for derived in extra["derived"]:

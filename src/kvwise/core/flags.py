@@ -18,7 +18,13 @@ from kvwise.errors import InvalidFlagError
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
 QUANTIZATIONS = (
-    "awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors",
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "fp8",
+    "bitsandbytes",
+    "compressed-tensors",
 )
 
 
@@ -44,7 +50,9 @@ class VllmFlags:
 
     def set_values(self) -> dict[str, Any]:
         """The flags the user set, vLLM's names with underscores."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
     def merged(self, **changes: Any) -> VllmFlags:
         return replace(self, **changes)
@@ -54,19 +62,29 @@ class VllmFlags:
         util = self.gpu_memory_utilization
         if util is not None and not 0 < util <= 1:
             raise InvalidFlagError(f"--gpu-memory-utilization must be in (0, 1], got {util}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
-                     "pipeline_parallel_size", "block_size", "num_gpu_blocks_override"):
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "block_size",
+            "num_gpu_blocks_override",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InvalidFlagError(f"--{name.replace('_', '-')} must be positive, got {value}")
         if self.max_model_len is not None and self.max_model_len <= 0 and self.max_model_len != -1:
-            raise InvalidFlagError(f"--max-model-len must be positive or 'auto', got {self.max_model_len}")
+            raise InvalidFlagError(
+                f"--max-model-len must be positive or 'auto', got {self.max_model_len}"
+            )
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
             raise InvalidFlagError("--kv-cache-memory-bytes must be positive")
         for name in ("cpu_offload_gb", "swap_space"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise InvalidFlagError(f"--{name.replace('_', '-')} must not be negative, got {value}")
+                raise InvalidFlagError(
+                    f"--{name.replace('_', '-')} must not be negative, got {value}"
+                )
         _check_choice("kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("quantization", self.quantization, QUANTIZATIONS)
@@ -105,15 +123,27 @@ def _max_model_len(text: str) -> int:
 
 
 def _bool_flag(parser: argparse.ArgumentParser, name: str, help_text: str) -> None:
-    parser.add_argument(f"--{name}", dest=name.replace("-", "_"), action="store_true", default=None, help=help_text)
-    parser.add_argument(f"--no-{name}", dest=name.replace("-", "_"), action="store_false", help=argparse.SUPPRESS)
+    parser.add_argument(
+        f"--{name}", dest=name.replace("-", "_"), action="store_true", default=None, help=help_text
+    )
+    parser.add_argument(
+        f"--no-{name}", dest=name.replace("-", "_"), action="store_false", help=argparse.SUPPRESS
+    )
 
 
 def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
     """vLLM's memory-relevant flags, spelled as vLLM spells them."""
     group = parser.add_argument_group("vLLM flags (vLLM's names and meanings)")
-    group.add_argument("--gpu-memory-utilization", type=float, help="fraction of total GPU memory for this instance")
-    group.add_argument("--max-model-len", type=_max_model_len, help="tokens per request (prompt + output); 'auto' fits the pool")
+    group.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="fraction of total GPU memory for this instance",
+    )
+    group.add_argument(
+        "--max-model-len",
+        type=_max_model_len,
+        help="tokens per request (prompt + output); 'auto' fits the pool",
+    )
     group.add_argument("--max-num-seqs", type=int, help="maximum running requests")
     group.add_argument("--max-num-batched-tokens", type=int, help="token budget per engine step")
     group.add_argument("--kv-cache-dtype", help=f"one of {', '.join(KV_CACHE_DTYPES)}")
@@ -122,7 +152,9 @@ def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tensor-parallel-size", "-tp", type=int)
     group.add_argument("--pipeline-parallel-size", "-pp", type=int)
     group.add_argument("--block-size", type=int)
-    group.add_argument("--kv-cache-memory-bytes", type=parse_bytes, help="KV pool per GPU (e.g. 8G)")
+    group.add_argument(
+        "--kv-cache-memory-bytes", type=parse_bytes, help="KV pool per GPU (e.g. 8G)"
+    )
     group.add_argument("--cpu-offload-gb", type=float)
     group.add_argument("--swap-space", type=float, help="V0 only: pinned host GiB per GPU")
     group.add_argument("--num-gpu-blocks-override", type=int)
@@ -147,7 +179,9 @@ def parse_vllm_command(argv: list[str] | str) -> ParsedCommand:
     """Read `vllm serve MODEL --flags`, `python -m vllm.entrypoints.openai.api_server --model M ...`."""
     tokens = shlex.split(argv) if isinstance(argv, str) else list(argv)
     tokens = [t for t in tokens if t not in ("\\", "")]
-    while tokens and (tokens[0] in ("vllm", "serve", "python", "python3", "-m") or "vllm.entrypoints" in tokens[0]):
+    while tokens and (
+        tokens[0] in ("vllm", "serve", "python", "python3", "-m") or "vllm.entrypoints" in tokens[0]
+    ):
         tokens = tokens[1:]
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("model_pos", nargs="?")

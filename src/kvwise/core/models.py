@@ -306,7 +306,9 @@ def spec_from_config(
         vision_cfg = config["vision_config"]
         projector = int(vision_cfg["hidden_size"]) * (fields["hidden_size"] + 1)
         vision = VisionSpec(num_params=_siglip_params(vision_cfg) + projector)
-    dtype = str(_get(config, "torch_dtype", "dtype", default=_get(text, "torch_dtype", default="bfloat16")))
+    dtype = str(
+        _get(config, "torch_dtype", "dtype", default=_get(text, "torch_dtype", default="bfloat16"))
+    )
     if dtype not in DTYPE_BYTES:
         raise DataError(f"{model_id}: unknown torch_dtype {dtype!r}")
     return ModelSpec(

@@ -80,7 +80,9 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec:
         return INT8_W8A8
     if bits == 4:
         # WNA16: packed int4 with bf16/fp16 group scales, zero points only when asymmetric
-        return QuantSpec("compressed-tensors", 4, int(group), has_zeros=not weights.get("symmetric", True))
+        return QuantSpec(
+            "compressed-tensors", 4, int(group), has_zeros=not weights.get("symmetric", True)
+        )
     raise UnsupportedModelError(f"{model_id}: compressed-tensors {kind}{bits} is not modelled")
 
 

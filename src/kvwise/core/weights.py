@@ -98,7 +98,9 @@ def _pad(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _linear_bytes_per_rank(spec: ModelSpec, tp: int, quant: QuantSpec | None, dtype_bytes: int) -> float:
+def _linear_bytes_per_rank(
+    spec: ModelSpec, tp: int, quant: QuantSpec | None, dtype_bytes: int
+) -> float:
     """Bytes of the TP-sharded linear layers on one rank (all layers)."""
     # KV heads are split across ranks, or replicated when there are fewer heads than ranks.
     kv_heads_per_rank = max(1, spec.num_kv_heads // tp)
@@ -141,7 +143,9 @@ def weight_bytes_per_rank(
     groups = param_groups(spec)
     vocab_rank = _pad(spec.vocab_size, VOCAB_PADDING) // tp
     embedding = vocab_rank * spec.hidden_size * dtype_bytes  # never quantized
-    lm_head = 0 if spec.tie_word_embeddings else embedding  # unquantized too (lm_head_quantized off)
+    lm_head = (
+        0 if spec.tie_word_embeddings else embedding
+    )  # unquantized too (lm_head_quantized off)
     linear = _linear_bytes_per_rank(spec, tp, quant, dtype_bytes)
     replicated = (groups.replicated + groups.vision) * dtype_bytes
     # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype

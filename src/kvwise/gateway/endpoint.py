@@ -161,7 +161,10 @@ class Exchange:
             ):
                 continue
             break
-        status = 502 if response.status_code >= 500 else response.status_code
+        if response.status_code >= 500:
+            message = f"upstream answered {response.status_code} and no other replica could"
+            raise HttpError(502, message, "upstream_error")
+        status = response.status_code
         if status == 200 and self.prepared.turn is not None:
             reply = sse.reply_of_response(response.json())
             if reply is not None:

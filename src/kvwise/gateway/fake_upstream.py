@@ -121,6 +121,9 @@ class FakeUpstream:
             is_chat = path.endswith("chat/completions")
             if request.get("stream"):
                 return await self._stream(writer, num_tokens, is_chat)
+            if self.behaviour.drop_after_tokens is not None:
+                writer.transport.abort()  # a crash before the response
+                return False
             await asyncio.sleep(self.behaviour.ttft_s + self.behaviour.itl_s * (num_tokens - 1))
             self._write_plain(
                 writer, 200, json.dumps(_whole(num_tokens, is_chat)).encode(), "application/json"

@@ -100,7 +100,11 @@ class Plan:
 
         return {
             "model": self.model.model_id,
-            "gpu": {"name": self.gpu.name, "memory_gib": gib(self.gpu.memory_bytes), "count": self.num_gpus},
+            "gpu": {
+                "name": self.gpu.name,
+                "memory_gib": gib(self.gpu.memory_bytes),
+                "count": self.num_gpus,
+            },
             "vllm_version": self.vllm_version,
             "engine": self.engine,
             "flags": asdict(self.flags),
