@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    """One real vLLM CPU engine serving the tiny Qwen2 for the whole test run."""
+    """One real vLLM CPU engine serving the tiny Qwen2 for the whole test run.
+
+    KVWISE_TEST_ENGINE_PORT reuses an engine already serving the tiny model on that loopback
+    port (faster iterations while developing); it is left running."""
+    reuse_port = os.environ.get("KVWISE_TEST_ENGINE_PORT")
+    if reuse_port:
+        yield EngineProcess(log_path=Path(os.devnull), port=int(reuse_port))
+        return
     engine = EngineProcess(log_path=tmp_path_factory.mktemp("engine") / "vllm.log")
     try:
         yield engine.start()

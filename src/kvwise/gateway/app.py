@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvwise.gateway.admission import Admission
-from kvwise.gateway.asgi import HttpError, Scope, header
+from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.launcher import Supervisor
@@ -33,6 +33,7 @@ from kvwise.gateway.schemas import ChatRequest, CompletionRequest
 from kvwise.gateway.security import ApiKeys, RateLimiter
 from kvwise.gateway.sessions import SessionStore, open_store
 from kvwise.gateway.tokens import load_tokenizer
+from kvwise.gateway.upstream_http import UpstreamClient
 
 log = logging.getLogger("kvwise.gateway")
 
@@ -53,6 +54,7 @@ class Gateway:
         if config.upstream_api_key:
             self.upstream_headers["authorization"] = f"Bearer {config.upstream_api_key}"
         self.http = httpx.AsyncClient()  # replaced in start(), inside the serving event loop
+        self.upstream = UpstreamClient(config.connect_timeout_s, config.upstream_timeout_s)
         self._health_task: asyncio.Task[None] | None = None
 
     @property
@@ -79,6 +81,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
         await self.http.aclose()
+        self.upstream.close()
         if self.store is not None:
             await self.store.close()
 
@@ -197,7 +200,7 @@ async def _openapi(request: Request) -> Response:
     return JSONResponse(openapi_document())
 
 
-def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> Starlette:
+def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _HotPath:
     """The ASGI app; with a `Supervisor` (from --launch) it also keeps the replicas running."""
     gateway = Gateway(config)
     if supervisor is not None:
@@ -221,11 +224,12 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> S
                 watch.cancel()
             await gateway.stop()
 
-    routes = [
-        Route("/v1/chat/completions", CompletionsEndpoint(gateway, prepare_chat), methods=["POST"]),
-        Route(
-            "/v1/completions", CompletionsEndpoint(gateway, prepare_completion), methods=["POST"]
-        ),
+    completions = {
+        "/v1/chat/completions": CompletionsEndpoint(gateway, prepare_chat),
+        "/v1/completions": CompletionsEndpoint(gateway, prepare_completion),
+    }
+    routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in completions.items()]
+    routes += [
         Route("/v1/models", _models, methods=["GET"]),
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
@@ -233,4 +237,27 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> S
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.gateway = gateway
-    return app
+    return _HotPath(app, completions)
+
+
+class _HotPath:
+    """POSTs to the completion endpoints go straight to them; everything else (lifespan, other
+    routes, 404/405) through Starlette. Starlette's middleware wraps every `send`, and the
+    streaming relay calls `send` once per SSE event."""
+
+    def __init__(self, app: Starlette, completions: dict[str, CompletionsEndpoint]) -> None:
+        self.app = app
+        self.state = app.state
+        self._completions = completions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self._completions.get(scope["path"])
+            if endpoint is not None:
+                try:
+                    await endpoint(scope, receive, send)
+                except Exception:
+                    log.exception("unhandled error in %s", scope["path"])
+                    raise
+                return
+        await self.app(scope, receive, send)

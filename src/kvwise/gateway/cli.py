@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,12 +156,11 @@ def start_engines(args: argparse.Namespace) -> Started:
         command = args.engine_command or DEFAULT_ENGINE_COMMAND
         launches = plan_launches(args.model, flags, args.replicas, command, args.log_dir, gpu_ids)
         supervisor = Supervisor(launches)
-        supervisor.start()
         print(
             f"kvwise serve: starting {len(launches)} replica(s); logs in {args.log_dir}/",
             file=sys.stderr,
         )
-        supervisor.wait_ready(timeout_s=900)
+        supervisor.start_and_wait(timeout_s=900)
         local = args.model if Path(args.model).is_dir() else None
         return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
     if not args.upstream:
@@ -266,4 +266,11 @@ def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
     from kvwise.gateway.app import create_app
 
     app = create_app(config, supervisor=supervisor)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found: make
+    # that one an exit, so the launched replicas are stopped on the way out (cli.run's finally)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -88,6 +88,5 @@ def start_demo(args: argparse.Namespace) -> Any:
     # all cores compute (the default binding reserves one of two cores for the server)
     threads = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 1) - 1}"}
     supervisor = Supervisor(launches, extra_env={**threads, **os.environ})
-    supervisor.start()
-    supervisor.wait_ready(timeout_s=600)
+    supervisor.start_and_wait(timeout_s=600)
     return Started([launch.url for launch in launches], supervisor, str(model_dir))

@@ -15,13 +15,12 @@ OpenAI-style error event instead of the rest.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING
-
-import httpx
 
 from kvwise.gateway import sse
 from kvwise.gateway.admission import Lease, NoReplica, Overloaded
@@ -39,6 +38,7 @@ from kvwise.gateway.asgi import (
 )
 from kvwise.gateway.prepare import PrepareContext, Prepared
 from kvwise.gateway.replicas import Replica
+from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamResponse
 
 if TYPE_CHECKING:
     from kvwise.gateway.app import Gateway
@@ -93,12 +93,16 @@ class Exchange:
         self.send = send
         self.started_s = started_s
         self.lease: Lease | None = None
+        self.queue_wait_s = 0.0
+        self.sent_upstream_s = started_s
         self.tried: list[Replica] = []
         self.has_started_response = False
 
     async def run(self) -> None:
+        asked_s = time.perf_counter()
         try:
             self.lease = await self.gateway.admission.acquire(self.prepared.ticket)
+            self.queue_wait_s = time.perf_counter() - asked_s
         except Overloaded as exc:
             retry_after = {"retry-after": str(exc.retry_after_s)}
             message = f"server busy ({exc.reason}); retry later"
@@ -147,28 +151,28 @@ class Exchange:
     async def _relay_whole(self) -> None:
         while True:
             try:
-                response = await self.gateway.http.post(
-                    self._url(), content=self.prepared.body, headers=self.gateway.upstream_headers
+                response = await self.gateway.upstream.post(
+                    self._url(), self.prepared.body, self.gateway.upstream_headers
                 )
-            except httpx.TransportError as exc:
-                if await self._failover(type(exc).__name__, is_replica_down=True):
+                body = await response.read()
+                response.close()
+            except UpstreamConnectionError as exc:
+                if await self._failover(str(exc), is_replica_down=True):
                     continue
-                raise HttpError(
-                    502, f"upstream failed: {type(exc).__name__}", "upstream_error"
-                ) from None
-            if response.status_code >= 500 and await self._failover(
-                f"HTTP {response.status_code}", False
-            ):
+                raise HttpError(502, f"upstream failed: {exc}", "upstream_error") from None
+            if response.status >= 500 and await self._failover(f"HTTP {response.status}", False):
                 continue
             break
-        status = 502 if response.status_code >= 500 else response.status_code
-        if status == 200 and self.prepared.turn is not None:
-            reply = sse.reply_of_response(response.json())
+        if response.status >= 500:
+            message = f"upstream answered {response.status} and no other replica could"
+            raise HttpError(502, message, "upstream_error")
+        if response.status == 200 and self.prepared.turn is not None:
+            reply = sse.reply_of_response(json.loads(body))
             if reply is not None:
                 await self.gateway.store_turn(self.prepared.turn, reply)
-        self._record_latency(status)
+        self._record_latency(response.status)
         content_type = response.headers.get("content-type", "application/json").encode()
-        await send_response(self.send, status, response.content, content_type, self._headers())
+        await send_response(self.send, response.status, body, content_type, self._headers())
 
     def _headers(self) -> dict[str, str]:
         assert self.lease is not None
@@ -182,9 +186,10 @@ class Exchange:
 
     async def _relay_stream(self) -> None:
         while True:
+            self.sent_upstream_s = time.perf_counter()
             try:
                 stream = await UpstreamStream.open(
-                    self.gateway.http,
+                    self.gateway.upstream,
                     self._url(),
                     self.prepared.body,
                     self.gateway.upstream_headers,
@@ -195,51 +200,50 @@ class Exchange:
                 raise HttpError(502, f"upstream failed: {exc}", "upstream_error") from None
             break
         try:
-            if stream.response.status_code != 200:
-                body = await stream.response.aread()
-                self._record_latency(stream.response.status_code)
+            if stream.response.status != 200:
+                body = await stream.response.read()
+                self._record_latency(stream.response.status)
                 content_type = stream.response.headers.get(
                     "content-type", "application/json"
                 ).encode()
                 await send_response(
-                    self.send, stream.response.status_code, body, content_type, self._headers()
+                    self.send, stream.response.status, body, content_type, self._headers()
                 )
                 return
             await StreamRelay(self, stream).run()
         finally:
-            await stream.response.aclose()
+            stream.response.close()
 
 
 class UpstreamStream:
     """An upstream SSE response, read up to its first token (or its end) before anything is sent."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: UpstreamResponse) -> None:
         self.response = response
-        self.chunks: AsyncIterator[bytes] = response.aiter_raw()
+        self.chunks: AsyncIterator[bytes] = response.iter_raw()
         self.splitter = sse.EventSplitter()
         self.held: list[bytes] = []  # events read before the first token
         self.is_finished = False
+        self.first_token_read_s: float | None = None
 
     @classmethod
     async def open(
-        cls, http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+        cls, client: UpstreamClient, url: str, body: bytes, headers: dict[str, str]
     ) -> UpstreamStream:
         try:
-            response = await http.send(
-                http.build_request("POST", url, content=body, headers=headers), stream=True
-            )
-        except httpx.TransportError as exc:
-            raise ReplicaFailed(type(exc).__name__) from None
-        if response.status_code >= 500:
-            await response.aclose()
-            raise ReplicaFailed(f"HTTP {response.status_code}")
+            response = await client.post(url, body, headers)
+        except UpstreamConnectionError as exc:
+            raise ReplicaFailed(str(exc)) from None
+        if response.status >= 500:
+            response.close()
+            raise ReplicaFailed(f"HTTP {response.status}")
         stream = cls(response)
-        if response.status_code == 200:
+        if response.status == 200:
             try:
                 await stream._read_to_first_token()
-            except httpx.TransportError as exc:
-                await response.aclose()
-                raise ReplicaFailed(f"{type(exc).__name__} before the first token") from None
+            except UpstreamConnectionError as exc:
+                response.close()
+                raise ReplicaFailed(f"{exc} before the first token") from None
         return stream
 
     async def _read_to_first_token(self) -> None:
@@ -248,6 +252,7 @@ class UpstreamStream:
                 self.held.append(event)
                 payload = sse.event_json(event)
                 if sse.is_done(event) or (payload is not None and sse.carries_token(payload)):
+                    self.first_token_read_s = time.perf_counter()
                     return
         self.is_finished = True
 
@@ -272,6 +277,7 @@ class StreamRelay:
         await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
         exchange.has_started_response = True
         await self._forward(self.stream.held)
+        self._record_overhead()
         try:
             if not self.stream.is_finished:
                 async for chunk in self.stream.chunks:
@@ -281,12 +287,10 @@ class StreamRelay:
                 await self._forward([tail])
             if not self.is_stored:  # an upstream that ends its stream without [DONE]
                 await self._store_turn()
-        except httpx.TransportError as exc:
+        except UpstreamConnectionError as exc:
             assert exchange.lease is not None
             gateway.mark_down(exchange.lease.replica)
-            message = (
-                f"replica {exchange.lease.replica.name} failed mid-stream ({type(exc).__name__})"
-            )
+            message = f"replica {exchange.lease.replica.name} failed mid-stream ({exc})"
             await exchange.send(
                 {"type": "http.response.body", "body": sse.error_event(message), "more_body": True}
             )
@@ -307,6 +311,16 @@ class StreamRelay:
         await self.exchange.send(
             {"type": "http.response.body", "body": b"".join(events), "more_body": True}
         )
+
+    def _record_overhead(self) -> None:
+        """The gateway's own time on the TTFT path: request in -> request out (queue wait
+        excluded) plus first token in -> first token out."""
+        exchange, read_s = self.exchange, self.stream.first_token_read_s
+        if read_s is None:
+            return
+        before_s = exchange.sent_upstream_s - exchange.started_s - exchange.queue_wait_s
+        after_s = time.perf_counter() - read_s
+        exchange.gateway.metrics.ttft_overhead.observe(before_s + after_s)
 
     async def _store_turn(self) -> None:
         """Before [DONE] reaches the client: an acknowledged turn is a stored turn."""

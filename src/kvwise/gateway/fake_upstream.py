@@ -93,11 +93,12 @@ class FakeUpstream:
             }
             return 200, json.dumps({"object": "list", "data": [card]}).encode(), "application/json"
         if path == "/metrics":
+            num_blocks = self.behaviour.pool_tokens // 16
             text = (
                 f'vllm:num_requests_running{{engine="0"}} {self.num_running}\n'
                 'vllm:num_requests_waiting{engine="0"} 0\n'
                 'vllm:kv_cache_usage_perc{engine="0"} 0\n'
-                f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{self.behaviour.pool_tokens // 16}"}} 1\n'
+                f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="{num_blocks}"}} 1\n'
             )
             return 200, text.encode(), "text/plain"
         return 404, b"", "text/plain"
@@ -106,7 +107,8 @@ class FakeUpstream:
         self, writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str
     ) -> None:
         head = (
-            f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Status')}\r\ncontent-type: {content_type}\r\n"
+            f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Status')}\r\n"
+            f"content-type: {content_type}\r\n"
             f"content-length: {len(body)}\r\n\r\n"
         )
         writer.write(head.encode() + body)
@@ -121,6 +123,9 @@ class FakeUpstream:
             is_chat = path.endswith("chat/completions")
             if request.get("stream"):
                 return await self._stream(writer, num_tokens, is_chat)
+            if self.behaviour.drop_after_tokens is not None:
+                writer.transport.abort()  # a crash before the response
+                return False
             await asyncio.sleep(self.behaviour.ttft_s + self.behaviour.itl_s * (num_tokens - 1))
             self._write_plain(
                 writer, 200, json.dumps(_whole(num_tokens, is_chat)).encode(), "application/json"
@@ -132,7 +137,8 @@ class FakeUpstream:
 
     async def _stream(self, writer: asyncio.StreamWriter, num_tokens: int, is_chat: bool) -> bool:
         writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
         )
         if is_chat:
             _write_chunk(
@@ -190,15 +196,18 @@ def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--model", default="fake", help="the name it answers to")
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--itl-ms", type=float, default=5.0)
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # vLLM's own flags, as a launcher passes them, are ignored
 
     async def serve() -> None:
-        upstream = FakeUpstream(Behaviour(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000))
-        port = await upstream.start(port=args.port)
-        print(f"fake upstream on http://127.0.0.1:{port}", flush=True)
+        behaviour = Behaviour(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000)
+        upstream = FakeUpstream(behaviour, name=args.model)
+        port = await upstream.start(args.host, args.port)
+        print(f"fake upstream on http://{args.host}:{port}", flush=True)
         await asyncio.Event().wait()
 
     asyncio.run(serve())

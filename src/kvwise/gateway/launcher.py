@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from kvwise.core.flags import VllmFlags
+from kvwise.errors import UpstreamError
 
 log = logging.getLogger("kvwise.gateway.launcher")
 
@@ -112,6 +113,15 @@ class Supervisor:
         for launch in self.launches:
             self.running[launch.name] = _Running(launch, self._spawn(launch), time.monotonic())
 
+    def start_and_wait(self, timeout_s: float) -> None:
+        """Start every replica and wait until all are ready; on failure none is left running."""
+        self.start()
+        try:
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
     def _spawn(self, launch: ReplicaLaunch) -> subprocess.Popen[bytes]:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.extra_env, **dict(launch.env)}
@@ -132,7 +142,9 @@ class Supervisor:
             for name, run in list(pending.items()):
                 if run.proc.poll() is not None:
                     tail = run.launch.log_path.read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"replica {name} exited with {run.proc.returncode}:\n{tail}")
+                    raise UpstreamError(
+                        f"replica {name} exited with {run.proc.returncode}:\n{tail}"
+                    )
                 try:
                     if httpx.get(f"{run.launch.url}/health", timeout=2.0).status_code == 200:
                         del pending[name]
@@ -140,7 +152,7 @@ class Supervisor:
                     pass
             time.sleep(0.5)
         if pending:
-            raise RuntimeError(f"replicas not ready after {timeout_s:.0f} s: {', '.join(pending)}")
+            raise UpstreamError(f"replicas not ready after {timeout_s:.0f} s: {', '.join(pending)}")
 
     async def watch(self, interval_s: float = 1.0) -> None:
         """Restart replicas that exit, with back-off; runs until cancelled."""

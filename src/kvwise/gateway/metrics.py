@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 LabelValues = tuple[str, ...]
 
 # Seconds; covers a 1 ms gateway hop up to a minute-long queue wait.
+# The gateway's own share of a request: tens of microseconds to a few milliseconds.
+OVERHEAD_BUCKETS_S = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -232,6 +234,13 @@ class GatewayMetrics:
         )
         self.ttft = registry.add(
             Histogram("kvwise_ttft_seconds", "time to first token, at the gateway")
+        )
+        self.ttft_overhead = registry.add(
+            Histogram(
+                "kvwise_gateway_ttft_overhead_seconds",
+                "the gateway's own processing on the TTFT path (queue wait excluded)",
+                buckets=OVERHEAD_BUCKETS_S,
+            )
         )
         self.tpot = registry.add(
             Histogram("kvwise_tpot_seconds", "time per output token after the first")

@@ -174,13 +174,17 @@ class SqliteStore:
     def _count_sessions(self) -> int:
         """Live sessions; expired ones are purged on the way (this runs every health tick)."""
         cutoff_s = time.time() - self.caps.ttl_s
-        with self._transaction():
-            self._db.execute(
-                "DELETE FROM messages WHERE session_id IN "
-                "(SELECT session_id FROM sessions WHERE updated_s < ?)",
-                (cutoff_s,),
-            )
-            self._db.execute("DELETE FROM sessions WHERE updated_s < ?", (cutoff_s,))
+        expired = self._db.execute(
+            "SELECT 1 FROM sessions WHERE updated_s < ? LIMIT 1", (cutoff_s,)
+        )
+        if expired.fetchone() is not None:  # write (and fsync) only when there is work
+            with self._transaction():
+                self._db.execute(
+                    "DELETE FROM messages WHERE session_id IN "
+                    "(SELECT session_id FROM sessions WHERE updated_s < ?)",
+                    (cutoff_s,),
+                )
+                self._db.execute("DELETE FROM sessions WHERE updated_s < ?", (cutoff_s,))
         return int(self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
 
     async def close(self) -> None:
