@@ -12,7 +12,9 @@ from kvwise.sim.workloads import WorkloadSpec
 
 def test_eager_decodes_slower_but_gets_the_graph_memory_as_kv() -> None:
     model, gpu = load_model("Qwen/Qwen2.5-7B-Instruct"), find_gpu("rtx4090")
-    spec = WorkloadSpec(kind="random", num_prompts=40, input_len=512, output_len=128, max_concurrency=8)
+    spec = WorkloadSpec(
+        kind="random", num_prompts=40, input_len=512, output_len=128, max_concurrency=8
+    )
     graphs = deployment(model, gpu, VllmFlags())
     eager = deployment(model, gpu, VllmFlags(enforce_eager=True))
     assert eager.plan.kv.tokens > graphs.plan.kv.tokens
