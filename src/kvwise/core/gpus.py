@@ -5,11 +5,11 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
-from kvwise.errors import InvalidFlagError, UnknownGpuError
+from kvwise.errors import InvalidFlagError, UnknownGpuError, UsageError
 
 GIB = 2**30
 
@@ -114,6 +114,38 @@ def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
         interconnect_bytes_s=base.interconnect_bytes_s,
         memory_source="--gpu-memory-gib",
     )
+
+
+def resolve_gpu(
+    name: str | None,
+    memory_gib: float | None = None,
+    free_gib: float | None = None,
+    *,
+    detect: bool = True,
+) -> GpuSpec:
+    """The GPU a command's --gpu / --gpu-memory-gib / --gpu-free-gib name, or the one NVML
+    finds here when none is named (with `detect`)."""
+    if name:
+        gpu = find_gpu(name)
+        if memory_gib:
+            gpu = custom_gpu(memory_gib, like=gpu)
+    elif memory_gib:
+        gpu = custom_gpu(memory_gib)
+    else:
+        detected = detect_gpus() if detect else []
+        if not detected:
+            found = " and no GPU detected" if detect else ""
+            raise UsageError(
+                f"no --gpu given{found}: give --gpu NAME or --gpu-memory-gib X for any other card"
+            )
+        gpu = detected[0]
+    if free_gib is not None:
+        if not 0 <= free_gib <= gpu.memory_gib:
+            raise UsageError(
+                f"--gpu-free-gib must be between 0 and the card's {gpu.memory_gib:.2f} GiB"
+            )
+        gpu = replace(gpu, free_bytes=int(free_gib * GIB))
+    return gpu
 
 
 def detect_gpus() -> list[GpuSpec]:

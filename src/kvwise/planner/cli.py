@@ -8,7 +8,7 @@ import sys
 
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
-from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, detect_gpus, find_gpu
+from kvwise.core.gpus import GIB, GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
 from kvwise.planner.plan import plan
 
@@ -72,27 +72,8 @@ def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     goals.add_argument("--seed", type=int, default=0, help="workload seed")
 
 
-def resolve_gpu(args: argparse.Namespace) -> GpuSpec:
-    if args.gpu:
-        gpu = find_gpu(args.gpu)
-        if args.gpu_memory_gib:
-            gpu = custom_gpu(args.gpu_memory_gib, like=gpu)
-    elif args.gpu_memory_gib:
-        gpu = custom_gpu(args.gpu_memory_gib)
-    else:
-        detected = detect_gpus()
-        if not detected:
-            raise UsageError(
-                "no --gpu given and no GPU detected; pass --gpu NAME or --gpu-memory-gib X"
-            )
-        gpu = detected[0]
-    if args.gpu_free_gib is not None:
-        if not 0 <= args.gpu_free_gib <= gpu.memory_gib:
-            raise UsageError(
-                f"--gpu-free-gib must be between 0 and the card's {gpu.memory_gib:.2f} GiB"
-            )
-        gpu = GpuSpec(**{**gpu.__dict__, "free_bytes": int(args.gpu_free_gib * GIB)})
-    return gpu
+def gpu_from_args(args: argparse.Namespace) -> GpuSpec:
+    return resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_free_gib)
 
 
 def _split_pasted(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -121,7 +102,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
 def run(argv: list[str]) -> int:
     args, model_name, flags = parse(argv)
     model = load_model(model_name)
-    gpu = resolve_gpu(args)
+    gpu = gpu_from_args(args)
     host = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang

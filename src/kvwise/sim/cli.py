@@ -12,7 +12,7 @@ from typing import Any
 
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
-from kvwise.core.gpus import GpuSpec, custom_gpu, find_gpu
+from kvwise.core.gpus import GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
 from kvwise.sim.deploy import Deployment, deployment
 from kvwise.sim.report import Run, print_report, simulation_json
@@ -121,12 +121,8 @@ def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
 
 
 def _gpu(args: argparse.Namespace) -> GpuSpec:
-    if args.gpu:
-        gpu = find_gpu(args.gpu)
-        return custom_gpu(args.gpu_memory_gib, like=gpu) if args.gpu_memory_gib else gpu
-    if args.gpu_memory_gib:
-        return custom_gpu(args.gpu_memory_gib)
-    raise UsageError("give --gpu NAME (or --gpu-memory-gib X for any other card)")
+    # a simulation is of a named card: no NVML detection
+    return resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
 
 
 def _compare_flags(base: VllmFlags, text: str) -> VllmFlags:
