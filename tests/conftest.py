@@ -2,13 +2,23 @@
 
 `fidelity_report` collects accuracy figures measured by tests (planner KV tokens, simulator
 errors) and prints them at the end of the run, so every run shows the numbers behind the bars.
+The real servers (see tests/engine_fixture.py) are session-wide: started on first use, killed
+by PID.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.engine_fixture import EngineProcess, RedisProcess
+
+# Tests never reach the Hugging Face hub (huggingface_hub comes with `tokenizers`): offline, a
+# typo'd hub id would otherwise spend seconds in the hub client's retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 _REPORT: list[str] = []
 
@@ -25,3 +35,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("kvwise fidelity figures")
         for line in _REPORT:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """One real vLLM CPU engine serving the tiny Qwen2 for the whole test run.
+
+    KVWISE_TEST_ENGINE_PORT reuses an engine already serving the tiny model on that loopback
+    port (faster iterations while developing); it is left running."""
+    reuse_port = os.environ.get("KVWISE_TEST_ENGINE_PORT")
+    if reuse_port:
+        yield EngineProcess(log_path=Path(os.devnull), port=int(reuse_port))
+        return
+    engine = EngineProcess(log_path=tmp_path_factory.mktemp("engine") / "vllm.log")
+    try:
+        yield engine.start()
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    server = RedisProcess(log_path=tmp_path_factory.mktemp("redis") / "redis.log")
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -184,3 +184,40 @@ def test_json_contract_keys() -> None:
         "max_concurrency",
     }
     assert data["gpu"] == {"name": "RTX 4090", "memory_gib": 23.55, "count": 1}
+
+
+def test_mistral_v01_sliding_window_caps_blocks_per_request() -> None:
+    # every layer keeps only its 4096-token window (+ tokens in flight), so a 32k request needs
+    # far fewer blocks than a full-attention model of the same shape
+    result = _plan(model="mistralai/Mistral-7B-v0.1", max_model_len=32768)
+    full = _plan(model="mistralai/Mistral-7B-v0.3", max_model_len=32768)
+    assert result.kv.blocks_per_request < full.kv.blocks_per_request / 3
+    assert result.kv.max_concurrency > 3 * full.kv.max_concurrency
+
+
+def test_bitsandbytes_4bit_quarters_the_linear_weights() -> None:
+    bf16 = _plan(model="Qwen/Qwen2.5-14B", gpu="l40s").memory.weights_bytes
+    nf4 = _plan(
+        model="Qwen/Qwen2.5-14B", gpu="l40s", quantization="bitsandbytes"
+    ).memory.weights_bytes
+    assert 0.25 * bf16 < nf4 < 0.4 * bf16  # embeddings and lm_head stay 16-bit
+
+
+def test_pipeline_parallel_splits_layers_and_keeps_all_kv_heads() -> None:
+    one = _plan(model="Qwen/Qwen2.5-14B", gpu="l40s")
+    two = _plan(model="Qwen/Qwen2.5-14B", gpu="l40s", pipeline_parallel_size=2)
+    assert two.memory.weights_bytes < 0.6 * one.memory.weights_bytes
+    assert two.kv.bytes_per_token == one.kv.bytes_per_token // 2  # half the layers per rank
+
+
+def test_awq_needs_an_awq_checkpoint() -> None:
+    with pytest.raises(InvalidFlagError, match=r"AWQ|awq"):
+        _plan(quantization="awq")
+
+
+def test_v0_budget_beyond_free_memory_fails_allocating_kv_not_capturing_graphs() -> None:
+    result = _plan(
+        version="0.6.4", gpu_memory_utilization=0.99, max_model_len=8192, enforce_eager=True
+    )
+    assert result.error is not None and result.error.kind == "insufficient_free_memory_at_startup"
+    assert "allocating the KV cache" in result.error.message

@@ -54,7 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_vllm_flags(parser)
+    _add_workload_options(parser)
     return parser
+
+
+def _add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """`--workload ...` turns the question around: which flags serve this workload best."""
+    from kvwise.sim.cli import add_workload_flags
+
+    add_workload_flags(parser, required=False)
+    goals = parser.add_argument_group("recommendation (with --workload)")
+    goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
+    goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")
+    goals.add_argument(
+        "--num-gpus", type=int, default=1, help="GPUs to spread replicas / tensor parallelism over"
+    )
+    goals.add_argument("--seed", type=int, default=0, help="workload seed")
 
 
 def resolve_gpu(args: argparse.Namespace) -> GpuSpec:
@@ -116,6 +131,10 @@ def run(argv: list[str]) -> int:
         return run_sglang(
             model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
         )
+    if args.workload:
+        from kvwise.advisor.cli import run_recommend
+
+        return run_recommend(args, model, gpu, flags)
     result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
     if args.explain:
         from kvwise.planner.explain import run_explain

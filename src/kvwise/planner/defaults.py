@@ -26,18 +26,47 @@ V0_CHUNKED_PREFILL_ABOVE = 32768  # V0 turns chunked prefill on for max_model_le
 
 
 @dataclass(frozen=True)
+class BatchTier:
+    """A row of vLLM's default batch sizes: the first row whose conditions hold applies."""
+
+    mnbt: int
+    mns: int
+    min_gib: float = 0.0
+    names: tuple[str, ...] = ()  # GPU name must contain one of these (empty: any)
+    exclude: tuple[str, ...] = ()  # GPU names that never match the row
+
+    def matches(self, gpu: GpuSpec) -> bool:
+        name = gpu.name.upper()
+        if self.names and not any(n.upper() in name for n in self.names):
+            return False
+        if any(n.upper() in name for n in self.exclude):
+            return False
+        return gpu.memory_bytes / GIB >= self.min_gib
+
+
+@dataclass(frozen=True)
 class VersionRules:
     version: str
     engine: str  # "V0" or "V1"
     default_gpu_memory_utilization: float
-    cuda_graph_in_budget: bool  # the graph estimate is deducted from the KV budget
-    batch_defaults: str  # "v0", "v1_flat", "v1_tiered"
+    accounting: str  # "per_instance" or "global" (util caps all memory on the device)
+    startup_free_check: bool  # V1 >= 0.9.1: free memory must cover total x util
+    cuda_graph_in_budget: bool  # the graph estimate is deducted from the KV budget (0.20+)
+    batch_tiers: tuple[BatchTier, ...]
+    v0_chunked_mnbt: int  # V0 max_num_batched_tokens default with chunked prefill on
+    v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
     tokens_formula: str  # how "GPU KV cache size" is computed
-    max_len_error: str  # wording of the max_model_len error: "v0" or "v1"
+    max_len_wording: str  # wording of the max_model_len error
+    null_block_in_check: bool  # fit checks use available - 1 block (0.29+)
     default_swap_space_gib: float
-    chunked_prefill: str  # "v0_auto_above_32k" or "always"
+    chunked_prefill: str  # "v0" (optional) or "always"
     default_prefix_caching: bool
-    cuda_graph_sizes: str  # "v0" or "v1"
+    cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
+    cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
+    sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
+    v2_runner: str  # Model Runner V2 with persistent penalty state: "none", "dense", "all"
+    has_kv_cache_memory_bytes: bool
+    has_auto_max_model_len: bool
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -59,9 +88,7 @@ def latest_version() -> str:
     return str(_rules_data()["latest"])
 
 
-def rules_for(version: str | None) -> VersionRules:
-    """The accounting rules of a vLLM release (the latest known one when None)."""
-    version = version or latest_version()
+def _merged(version: str) -> dict[str, Any]:
     wanted = parse_version(version)
     merged: dict[str, Any] = {}
     for rule in _rules_data()["rules"]:
@@ -70,20 +97,50 @@ def rules_for(version: str | None) -> VersionRules:
     if not merged:
         first = _rules_data()["rules"][0]["since"]
         raise InvalidFlagError(f"vLLM {version} predates the releases kvwise models (>= {first})")
+    return merged
+
+
+def _tier(raw: dict[str, Any]) -> BatchTier:
+    return BatchTier(
+        mnbt=int(raw["mnbt"]),
+        mns=int(raw["mns"]),
+        min_gib=float(raw.get("min_gib", 0.0)),
+        names=tuple(raw.get("names", ())),
+        exclude=tuple(raw.get("exclude", ())),
+    )
+
+
+def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
+    fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
     return VersionRules(version=version, **fields)
+
+
+def rules_for(version: str | None) -> VersionRules:
+    """The accounting rules of a vLLM release (the latest known one when None)."""
+    version = version or latest_version()
+    return _to_rules(version, _merged(version))
+
+
+def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> VersionRules:
+    """vLLM 0.8-0.10 silently fall back to the V0 engine for some set-ups."""
+    wanted = parse_version(rules.version)
+    if rules.engine != "V1" or wanted >= (0, 10, 2):
+        return rules
+    old_gpu = not gpu.supports_bf16  # compute capability < 8.0 (V100, T4): V0 until 0.10.1
+    fp8_kv = (flags.kv_cache_dtype or "auto").startswith("fp8") and wanted < (0, 9, 0)
+    fp8_kv = fp8_kv and gpu.compute_capability != "9.0"  # 0.8.x: fp8 KV only with FA3 (Hopper)
+    if old_gpu or fp8_kv:
+        return _to_rules(rules.version, _merged(_rules_data()["last_v0_default"]))
+    return rules
 
 
 def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) defaults of `vllm serve` before clamping."""
-    if rules.batch_defaults == "v1_tiered":
-        # EngineArgs.get_batch_defaults: tier by device memory (A100 and GB10 stay low)
-        memory_gib = gpu.memory_bytes / GIB
-        if memory_gib >= 160:
-            return 16384, 1024
-        if memory_gib >= 70 and "A100" not in gpu.name and "GB10" not in gpu.name:
-            return 8192, 1024
-    return 2048, 256
+    for tier in rules.batch_tiers:
+        if tier.matches(gpu):
+            return tier.mnbt, tier.mns
+    raise AssertionError("the last batch tier has no conditions")
 
 
 def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> str:
@@ -144,10 +201,22 @@ def _max_model_len(model: ModelSpec, flags: VllmFlags) -> int:
     return wanted  # -1 ("auto") is resolved by the planner once the KV pool is known
 
 
+def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
+    if flags.kv_cache_memory_bytes is not None and not rules.has_kv_cache_memory_bytes:
+        raise InvalidFlagError(
+            f"--kv-cache-memory-bytes does not exist in vLLM {rules.version} (added in 0.10.2)"
+        )
+    if flags.max_model_len == -1 and not rules.has_auto_max_model_len:
+        raise InvalidFlagError(
+            f"--max-model-len auto does not exist in vLLM {rules.version} (added in 0.14.0)"
+        )
+
+
 def resolve_flags(
     model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules
 ) -> ResolvedFlags:
     flags.validate()
+    _check_version_flags(flags, rules)
     tp = flags.tensor_parallel_size or 1
     pp = flags.pipeline_parallel_size or 1
     _check_parallel(model, tp)
@@ -158,13 +227,16 @@ def resolve_flags(
     elif flags.enable_chunked_prefill is not None:
         chunked = flags.enable_chunked_prefill
     else:
-        chunked = length_for_defaults > V0_CHUNKED_PREFILL_ABOVE
+        chunked = rules.v0_auto_chunked_prefill and length_for_defaults > V0_CHUNKED_PREFILL_ABOVE
     mnbt, mns = _batch_defaults(rules, gpu)
     max_num_seqs = flags.max_num_seqs or mns
     batched = flags.max_num_batched_tokens
     if batched is None:
-        # without chunked prefill a whole prompt must fit one step
-        batched = mnbt if chunked else max(length_for_defaults, mnbt)
+        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
+        if rules.engine == "V0":
+            batched = rules.v0_chunked_mnbt if chunked else max(length_for_defaults, mnbt)
+        else:
+            batched = mnbt
         if rules.engine == "V1":
             batched = min(max_num_seqs * length_for_defaults, batched)
     if flags.max_num_seqs is None:
@@ -211,3 +283,9 @@ def quant_for(model: ModelSpec, resolved: ResolvedFlags) -> Any:
     if model.quant is not None or resolved.quantization is None:
         return model.quant
     return QUANTIZATION_FLAGS[resolved.quantization]
+
+
+def default_flags(model: ModelSpec, gpu: GpuSpec, version: str | None) -> ResolvedFlags:
+    """What vLLM picks when no flag is given: the reference for printing only what changed."""
+    rules = engine_rules(rules_for(version), gpu, VllmFlags())
+    return resolve_flags(model, gpu, VllmFlags(), rules)

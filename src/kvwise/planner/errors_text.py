@@ -41,12 +41,44 @@ def weights_exceed(weights: int, free: int, resolved: ResolvedFlags) -> PlanErro
     )
 
 
-def no_kv_cache(rules: VersionRules) -> PlanError:  # same words in V0 and V1
+# max_len_wording values in release order (core/data/vllm_versions.json)
+WORDINGS = ("v0", "v1_gb", "v1_gib", "v1_estimate", "v1_docs", "v1_model_s")
+DOCS = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def _at_least(rules: VersionRules, wording: str) -> bool:
+    return WORDINGS.index(rules.max_len_wording) >= WORDINGS.index(wording)
+
+
+def no_kv_cache(rules: VersionRules) -> PlanError:
+    util = "`gpu_memory_utilization`"
+    if _at_least(rules, "v1_model_s"):
+        util += (
+            " (this flag also controls CPU memory reservation on the CPU backend, despite its name)"
+        )
+    text = f"ValueError: No available memory for the cache blocks. Try increasing {util} when initializing the engine."
+    return PlanError(NO_KV_CACHE_MEMORY, text + (DOCS if _at_least(rules, "v1_docs") else ""))
+
+
+def _v1_max_len_text(
+    rules: VersionRules, length: int, needed: int, available: int, estimate: int
+) -> str:
+    unit = "GB" if rules.max_len_wording == "v1_gb" else "GiB"
+    owner = "model's" if _at_least(rules, "v1_model_s") else "models's"  # the typo is vLLM's own
     text = (
-        "ValueError: No available memory for the cache blocks. Try increasing "
-        "`gpu_memory_utilization` when initializing the engine."
+        f"ValueError: To serve at least one request with the {owner} max seq len ({length}), "
+        f"({_gib(needed)} {unit} KV cache is needed, which is larger than the available KV cache "
+        f"memory ({_gib(available)} {unit})."
     )
-    return PlanError(NO_KV_CACHE_MEMORY, text)
+    if _at_least(rules, "v1_estimate") and estimate > 0:
+        text += f" Based on the available memory, the estimated maximum model length is {estimate}."
+    cpu = (
+        " (which also controls CPU memory on the CPU backend)"
+        if _at_least(rules, "v1_model_s")
+        else ""
+    )
+    text += f" Try increasing `gpu_memory_utilization`{cpu} or decreasing `max_model_len` when initializing the engine."
+    return text + (DOCS if _at_least(rules, "v1_docs") else "")
 
 
 def max_len_exceeds(
@@ -58,7 +90,7 @@ def max_len_exceeds(
     estimate: int,
 ) -> PlanError:
     length = resolved.max_model_len
-    if rules.max_len_error == "v0":
+    if rules.max_len_wording == "v0":
         text = (
             f"ValueError: The model's max seq len ({length}) is larger than the maximum number of "
             f"tokens that can be stored in KV cache ({kv.num_gpu_blocks * kv.block_size}). Try "
@@ -66,18 +98,17 @@ def max_len_exceeds(
             "the engine."
         )
     else:
-        based = (
-            f" Based on the available memory, the estimated maximum model length is {estimate}."
-            if estimate > 0
-            else ""
-        )
-        text = (
-            f"ValueError: To serve at least one request with the model's max seq len ({length}), "
-            f"({_gib(needed)} GiB KV cache is needed, which is larger than the available KV cache "
-            f"memory ({_gib(available)} GiB).{based} Try increasing `gpu_memory_utilization` or "
-            "decreasing `max_model_len` when initializing the engine."
-        )
+        text = _v1_max_len_text(rules, length, needed, available, estimate)
     return PlanError(MAX_MODEL_LEN_EXCEEDS_KV_CACHE, text)
+
+
+def kv_allocation_oom(budget: int, free: int) -> PlanError:
+    return PlanError(
+        INSUFFICIENT_FREE_MEMORY,
+        f"torch.OutOfMemoryError: CUDA out of memory allocating the KV cache: the budget "
+        f"(total x gpu_memory_utilization, {_gib(budget)} GiB) exceeds the {_gib(free)} GiB free "
+        "at start-up (this vLLM release does not check free memory first).",
+    )
 
 
 def graph_capture_oom(graphs: int, room: int) -> PlanError:

@@ -103,11 +103,12 @@ def blocks_per_request(layout: KvLayout, max_model_len: int, max_num_batched_tok
 def kv_tokens(
     layout: KvLayout, num_blocks: int, max_model_len: int, per_request: int, formula: str
 ) -> int:
-    """The "GPU KV cache size: N tokens" figure, as the given vLLM generation computes it."""
-    if formula == "concurrency_x_len":
+    """The "GPU KV cache size: N tokens" figure, as the given vLLM release computes it."""
+    if formula == "concurrency_x_len":  # 0.21+
         return int(num_blocks / per_request * max_model_len)
-    # V0 and early V1: blocks shared evenly by the groups, times the block size
-    return num_blocks // len(layout.groups) * layout.block_size
+    if formula == "blocks_per_group":  # 0.9.1-0.20: blocks shared evenly by the KV-cache groups
+        return num_blocks // len(layout.groups) * layout.block_size
+    return num_blocks * layout.block_size  # V0 and V1 0.8.0-0.9.0
 
 
 def estimated_max_model_len(

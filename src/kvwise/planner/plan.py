@@ -14,7 +14,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner import errors_text, memory
-from kvwise.planner.defaults import VersionRules, resolve_flags, rules_for
+from kvwise.planner.defaults import VersionRules, engine_rules, resolve_flags, rules_for
 from kvwise.planner.hostram import host_ram_bytes
 from kvwise.planner.kv import (
     KvLayout,
@@ -49,7 +49,7 @@ def _non_kv(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: Vers
     return _NonKv(
         weights=memory.weights_bytes(model, resolved),
         activation=memory.activation_bytes(model, resolved, rules),
-        non_torch=memory.non_torch_bytes(gpu, resolved, rules),
+        non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
         graphs_in_budget=in_budget,
     )
@@ -112,14 +112,15 @@ def _startup_error(
     model: ModelSpec,
 ) -> PlanError | None:
     free = _free_at_init(gpu)
-    if rules.engine == "V1" and free < budget:
+    if rules.startup_free_check and free < budget:
         return errors_text.insufficient_free(gpu, free, budget, resolved)
     if parts.weights > free:
         return errors_text.weights_exceed(parts.weights, free, resolved)
     if available - layout.bytes_per_block <= 0 or kv.num_gpu_blocks <= 1:
         return errors_text.no_kv_cache(rules)
     needed = kv.blocks_per_request * layout.bytes_per_block
-    if needed > available:
+    usable = available - layout.bytes_per_block if rules.null_block_in_check else available
+    if needed > usable:
         est = estimated_max_model_len(layout, available, resolved.max_num_batched_tokens)
         return errors_text.max_len_exceeds(rules, resolved, needed, available, kv, est)
     # After the KV pool: graphs (beyond what the budget reserved) and the sampler warm-up must
@@ -129,10 +130,14 @@ def _startup_error(
         if resolved.kv_cache_memory_bytes is None
         else free - (parts.weights + parts.activation + parts.non_torch + available)
     )
+    if outside < 0:
+        # no start-up check (V0, V1 < 0.9.1): the pool is sized past free memory and its
+        # allocation fails
+        return errors_text.kv_allocation_oom(budget, free)
     graph_excess = parts.graphs_actual - parts.graphs_in_budget
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
-    warmup = memory.warmup_bytes(model, resolved)
+    warmup = memory.warmup_bytes(model, resolved, rules)
     if rules.engine == "V1" and warmup > outside - graph_excess:
         return errors_text.sampler_warmup_oom(resolved)
     return None
@@ -148,7 +153,7 @@ def plan(
     host_ram_available_bytes: int | None = None,
 ) -> Plan:
     """Predict what vLLM logs and decides at start-up (all memory figures per GPU)."""
-    rules = rules_for(vllm_version)
+    rules = engine_rules(rules_for(vllm_version), gpu, flags)
     resolved = resolve_flags(model, gpu, flags, rules)
     parts = _non_kv(model, gpu, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)

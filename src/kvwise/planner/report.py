@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvwise.core.gpus import GIB
+from kvwise.planner.defaults import default_flags
 from kvwise.planner.result import Plan, ResolvedFlags
 
 # flags worth printing in a command when they differ from what vLLM would pick itself
@@ -28,7 +29,8 @@ _COMMAND_FLAGS = (
 
 
 def vllm_command(model_id: str, flags: ResolvedFlags, defaults: ResolvedFlags | None = None) -> str:
-    """`vllm serve MODEL --flag value ...` with every flag that differs from `defaults`."""
+    """`vllm serve MODEL --flag value ...` with every flag that differs from `defaults`
+    (vLLM's own choices for this model, GPU and release), or every flag without them."""
     parts = ["vllm", "serve", model_id]
     for name in _COMMAND_FLAGS:
         value = getattr(flags, name)
@@ -120,6 +122,6 @@ def render(plan: Plan, console: Console) -> None:
     console.print(f"Host RAM needed: about {plan.host_ram_bytes / GIB:.1f} GiB")
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    console.print(
-        f"\n{vllm_command(plan.model.model_id, plan.flags)}", markup=False, highlight=False
-    )
+    defaults = default_flags(plan.model, plan.gpu, plan.vllm_version)
+    command = vllm_command(plan.model.model_id, plan.flags, defaults)
+    console.print(f"\n{command}", markup=False, highlight=False)

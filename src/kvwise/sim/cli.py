@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its total memory")
     parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
     add_vllm_flags(parser)
-    _add_workload_flags(parser)
+    add_workload_flags(parser)
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
@@ -57,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_workload_flags(parser: argparse.ArgumentParser) -> None:
+def add_workload_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """The workload options shared by `simulate`, `plan --workload` and `bench`."""
     w = parser.add_argument_group("workload")
-    w.add_argument("--workload", required=True, choices=WORKLOAD_KINDS)
+    w.add_argument("--workload", required=required, choices=WORKLOAD_KINDS)
     w.add_argument("--num-prompts", type=int, default=1000)
     w.add_argument(
         "--request-rate",

@@ -7,7 +7,7 @@ across releases and the step-time model for the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
@@ -15,6 +15,7 @@ from kvwise.core.models import ModelSpec
 from kvwise.errors import InvalidFlagError
 from kvwise.planner import Plan, plan
 from kvwise.planner.defaults import parse_version
+from kvwise.sim.calibrated import user_calibration
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.engine import EngineConfig
 from kvwise.sim.runner import SimConfig
@@ -24,12 +25,17 @@ from kvwise.sim.steptime import StepTimeCoefficients, step_cost
 # vLLM PR #37307 ("schedule requests based on full ISL", merged 2026-03-17) added the whole-
 # sequence admission check, on by default; the first release carrying it is taken as 0.18.0.
 RESERVE_FULL_ISL_SINCE = "0.18.0"
+# --enforce-eager: kernel launches no longer hidden by CUDA graphs, per layer per step. An
+# estimate, not a fit (no eager runs in the validation data): ~10 kernels per decoder layer at
+# ~5 us of launch overhead each, the cost users report as 10-30 % slower decoding of 7-8B models.
+EAGER_LAYER_OVERHEAD_S = 50e-6
 
 
 @dataclass(frozen=True)
 class Deployment:
     config: SimConfig
     plan: Plan
+    coefficients_note: str = ""  # where the step-time coefficients come from, for reports
 
 
 def _reserve_full_isl(version: str) -> bool:
@@ -83,7 +89,24 @@ def deployment(
         tensor_parallel_size=resolved.tensor_parallel_size,
         use_fp8_compute=_uses_fp8_compute(model, gpu),
     )
-    config = SimConfig(
-        engine, cost, coefficients or coefficients_for(gpu, resolved.tensor_parallel_size), label
-    )
-    return Deployment(config, result)
+    chosen, note = _coefficients(model, gpu, resolved.tensor_parallel_size, coefficients)
+    if resolved.enforce_eager:
+        # without CUDA graphs every layer's kernels are launched from Python each step (the
+        # fitted sets come from runs with graphs)
+        chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
+    config = SimConfig(engine, cost, chosen, label)
+    return Deployment(config, result, note)
+
+
+def _coefficients(
+    model: ModelSpec, gpu: GpuSpec, tp: int, given: StepTimeCoefficients | None
+) -> tuple[StepTimeCoefficients, str]:
+    """Given coefficients, else the user's calibration (`kvwise calibrate`), else shipped ones."""
+    if given is not None:
+        return given, "step time: coefficients given by the caller"
+    calibrated = user_calibration(gpu.name, model.model_id)
+    if calibrated is not None:
+        return calibrated
+    return coefficients_for(
+        gpu, tp
+    ), f"step time: shipped coefficients for {gpu.name} (not calibrated)"

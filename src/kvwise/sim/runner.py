@@ -31,6 +31,10 @@ class SimConfig:
     cost: StepCost
     coefficients: StepTimeCoefficients
     label: str = ""
+    # A gateway that keeps session history (kvwise serve --session-history) trims a prompt to
+    # this many tokens including max_tokens: the first segment (system prompt) and the newest
+    # ones stay. None: prompts are sent whole, and vLLM rejects those beyond max_model_len.
+    history_budget_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,27 @@ class SimResult:
     metrics: dict[str, Any]
     series: dict[str, list[float]]
     engine: Engine  # raw records (per-request state, step log when recorded)
+
+
+# Trimming cuts history down to half the budget, not just under it, so that the next turns
+# extend the same prefix (and hit vLLM's prefix cache) until the budget is reached again; a cut
+# just under the budget would shift the prompt every turn and recompute it in full.
+TRIM_LOW_WATER = 0.5
+
+
+def trim_history(prompt: list[Segment], budget_tokens: int) -> tuple[list[Segment], bool]:
+    """Drop the oldest segments after the first (the system prompt) once the prompt exceeds the
+    budget, down to TRIM_LOW_WATER of it.
+
+    The newest segment always stays, even alone, so a too-long turn still reaches vLLM (and is
+    rejected there, as it would be behind a real gateway)."""
+    total = sum(n for _, n in prompt)
+    if total <= budget_tokens or len(prompt) <= 2:
+        return prompt, False
+    kept = list(prompt)
+    while len(kept) > 2 and total > budget_tokens * TRIM_LOW_WATER:
+        total -= kept.pop(1)[1]
+    return kept, True
 
 
 class _SessionState:
@@ -54,10 +79,17 @@ class _SessionState:
 
 
 class _Driver:
-    def __init__(self, workload: Workload, engine: Engine, api_overhead_s: float) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        engine: Engine,
+        api_overhead_s: float,
+        history_budget_tokens: int | None = None,
+    ) -> None:
         self.workload = workload
         self.engine = engine
         self.api_overhead_s = api_overhead_s
+        self.history_budget_tokens = history_budget_tokens
         self.next_request_id = 0
         self.in_flight = 0
         starts = workload.start_times_s or (0.0,) * len(workload.sessions)
@@ -81,6 +113,9 @@ class _Driver:
             if state.session.keeps_history
             else list(turn.new_segments)
         )
+        trimmed = False
+        if self.history_budget_tokens is not None and state.session.keeps_history:
+            prompt, trimmed = trim_history(prompt, self.history_budget_tokens - turn.max_tokens)
         request_id = self.next_request_id
         self.next_request_id += 1
         request = Request(
@@ -94,7 +129,7 @@ class _Driver:
             owner=state,
             is_shareable=self.workload.has_shared_segments or len(state.session.turns) > 1,
         )
-        if state.previous is not None:
+        if state.previous is not None and not trimmed:
             request.inherit_block_hashes(state.previous)
         self.engine.submit(request)
 
@@ -137,7 +172,9 @@ def simulate(
 
     engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
     engine.on_progress = on_progress
-    driver = _Driver(workload, engine, config.coefficients.api_overhead_s)
+    driver = _Driver(
+        workload, engine, config.coefficients.api_overhead_s, config.history_budget_tokens
+    )
     driver.start()
     engine.run()
     return SimResult(config, workload, summarize(engine), time_series(engine), engine)

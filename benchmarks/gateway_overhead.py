@@ -1,0 +1,264 @@
+"""What the gateway adds to time-to-first-token at 64 concurrent streams, and what it relays.
+
+Against a fast local FAKE upstream (`kvwise.gateway.fake_upstream`: canned tokens at a fixed
+pace, not an engine). That is deliberate: the figure is the gateway's own cost, which an engine's
+jitter (tens of ms on a real model) would drown. The same load runs straight at the upstream and
+through the gateway in the same run, alternating in rounds, and the report gives both and their
+difference and ratio:
+
+    added TTFT p50 / p99 = TTFT percentile through the gateway - the same percentile direct
+    relayed chunks/s     = SSE events the clients received per second, through / direct
+    gateway's own time   = its `kvwise_gateway_ttft_overhead_seconds` histogram: request in ->
+                           request out plus first token in -> first token out (bucket bounds)
+    gateway CPU          = its process CPU time per relayed chunk (Linux /proc)
+
+The end-to-end difference also holds what the extra process costs the operating system (one
+more hop, scheduled on a shared 2-core VM here); the gateway's own time does not. The default
+pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on one GPU
+decoding a batch of 64.
+
+Three processes: the fake upstream, the gateway (`kvwise serve`, as users run it) and this
+load generator (asyncio over raw sockets, so the client adds as little as possible to both
+sides). Usage:
+
+    .venv/bin/python benchmarks/gateway_overhead.py [--streams 64] [--seconds 8] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+BODY_TEMPLATE = {
+    "model": "fake",
+    "messages": [{"role": "user", "content": "Say something."}],
+    "stream": True,
+    "max_tokens": 64,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on port {port}")
+
+
+@dataclass
+class Tally:
+    ttft_s: list[float] = field(default_factory=list)
+    num_events: int = 0
+    num_errors: int = 0
+
+
+async def one_stream(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, tally: Tally
+) -> None:
+    """One streamed request on a kept-alive connection, as the openai client (httpx) does."""
+    started = time.perf_counter()
+    writer.write(request)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200") or b"chunked" not in head.lower():
+        raise ConnectionError(head[:60].decode(errors="replace"))
+    buffer, is_first = b"", True
+    while not buffer.endswith(b"\r\n0\r\n\r\n"):  # the last chunk of the body
+        chunk = await reader.read(65536)
+        if not chunk:
+            raise ConnectionError("closed mid-response")
+        buffer += chunk
+        if is_first and b'"content": "t' in buffer:  # the first token event
+            tally.ttft_s.append(time.perf_counter() - started)
+            is_first = False
+    tally.num_events += buffer.count(b"data: ")
+
+
+async def drive(port: int, num_streams: int, seconds: float) -> tuple[Tally, float]:
+    body = json.dumps(BODY_TEMPLATE).encode()
+    request = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    tally = Tally()
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < deadline:
+                try:
+                    await one_stream(reader, writer, request, tally)
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    tally.num_errors += 1
+                    writer.close()
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(num_streams)))
+    return tally, time.perf_counter() - started
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def start_servers(ttft_ms: float, itl_ms: float) -> tuple[list[subprocess.Popen[bytes]], int, int]:
+    upstream_port, gateway_port = free_port(), free_port()
+    python = sys.executable
+    upstream = subprocess.Popen(
+        [python, "-m", "kvwise.gateway.fake_upstream", "--port", str(upstream_port),
+         "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_port(upstream_port)
+    gateway = subprocess.Popen(
+        [python, "-m", "kvwise.cli", "serve", "--upstream", f"http://127.0.0.1:{upstream_port}",
+         "--port", str(gateway_port), "--kv-budget-tokens", "10000000", "--max-queue", "10000",
+         "--session-store", os.path.join(tempfile.mkdtemp(), "sessions.sqlite3")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_port(gateway_port)
+    return [upstream, gateway], upstream_port, gateway_port
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux); 0 elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def overhead_percentiles_ms(port: int) -> tuple[float, float]:
+    """p50 and p99 of the gateway's own TTFT-path time, as histogram bucket upper bounds."""
+    import httpx
+
+    buckets: list[tuple[float, float]] = []
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics").text.splitlines():
+        if line.startswith("kvwise_gateway_ttft_overhead_seconds_bucket"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(bound), float(line.rsplit(" ", 1)[1])))
+    total = buckets[-1][1]
+
+    def bound_for(q: float) -> float:
+        return 1000 * next(b for b, count in buckets if count >= q * total)
+
+    return bound_for(0.50), bound_for(0.99)
+
+
+def summarise(tallies: list[Tally], elapsed_s: float) -> dict[str, float]:
+    ttft = [t for tally in tallies for t in tally.ttft_s]
+    return {
+        "requests": len(ttft),
+        "errors": sum(t.num_errors for t in tallies),
+        "ttft_p50_ms": 1000 * percentile(ttft, 0.50),
+        "ttft_p99_ms": 1000 * percentile(ttft, 0.99),
+        "ttft_mean_ms": 1000 * statistics.fmean(ttft),
+        "chunks_per_s": sum(t.num_events for t in tallies) / elapsed_s,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    procs, upstream_port, gateway_port = start_servers(args.ttft_ms, args.itl_ms)
+    gateway_cpu_s = 0.0
+    try:
+        asyncio.run(drive(gateway_port, args.streams, 1.0))  # warm-up: connections, imports
+        results: dict[str, list[tuple[Tally, float]]] = {"direct": [], "gateway": []}
+        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both
+            results["direct"].append(asyncio.run(drive(upstream_port, args.streams, args.seconds)))
+            before_s = cpu_s(procs[1].pid)
+            results["gateway"].append(asyncio.run(drive(gateway_port, args.streams, args.seconds)))
+            gateway_cpu_s += cpu_s(procs[1].pid) - before_s
+        own_p50_ms, own_p99_ms = overhead_percentiles_ms(gateway_port)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    gateway_events = sum(t.num_events for t, _ in results["gateway"])
+    direct = summarise([t for t, _ in results["direct"]], sum(e for _, e in results["direct"]))
+    gateway = summarise([t for t, _ in results["gateway"]], sum(e for _, e in results["gateway"]))
+    return {
+        "setup": {
+            "streams": args.streams,
+            "seconds_per_phase": args.seconds,
+            "rounds": args.rounds,
+            "upstream_ttft_ms": args.ttft_ms,
+            "upstream_itl_ms": args.itl_ms,
+            "tokens_per_stream": BODY_TEMPLATE["max_tokens"],
+            "cpus": os.cpu_count(),
+            "load_average_1m_at_end": os.getloadavg()[0],
+        },
+        "direct": direct,
+        "gateway": gateway,
+        "added_ttft_p50_ms": gateway["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "added_ttft_p99_ms": gateway["ttft_p99_ms"] - direct["ttft_p99_ms"],
+        "chunks_per_s_ratio": gateway["chunks_per_s"] / direct["chunks_per_s"],
+        "gateway_own_ttft_p50_ms_at_most": own_p50_ms,
+        "gateway_own_ttft_p99_ms_at_most": own_p99_ms,
+        "gateway_cpu_us_per_chunk": 1e6 * gateway_cpu_s / max(1, gateway_events),
+    }
+
+
+def report(result: dict[str, object]) -> str:
+    d, g = result["direct"], result["gateway"]
+    assert isinstance(d, dict) and isinstance(g, dict)
+    lines = [
+        f"{'':22}{'direct':>12}{'via gateway':>14}",
+        f"{'requests':22}{d['requests']:>12}{g['requests']:>14}",
+        f"{'errors':22}{d['errors']:>12}{g['errors']:>14}",
+        f"{'TTFT p50 (ms)':22}{d['ttft_p50_ms']:>12.2f}{g['ttft_p50_ms']:>14.2f}",
+        f"{'TTFT p99 (ms)':22}{d['ttft_p99_ms']:>12.2f}{g['ttft_p99_ms']:>14.2f}",
+        f"{'relayed chunks/s':22}{d['chunks_per_s']:>12.0f}{g['chunks_per_s']:>14.0f}",
+        "",
+        f"added TTFT p50: {result['added_ttft_p50_ms']:.2f} ms   (bar: < 1 ms)",
+        f"added TTFT p99: {result['added_ttft_p99_ms']:.2f} ms   (bar: < 5 ms)",
+        f"chunks/s through the gateway / direct: {result['chunks_per_s_ratio']:.2f}",
+        "gateway's own time on the TTFT path: "
+        f"p50 <= {result['gateway_own_ttft_p50_ms_at_most']:g} ms, "
+        f"p99 <= {result['gateway_own_ttft_p99_ms_at_most']:g} ms",
+        f"gateway CPU per relayed chunk: {result['gateway_cpu_us_per_chunk']:.0f} us",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ttft-ms", type=float, default=50.0, help="the fake upstream's")
+    parser.add_argument("--itl-ms", type=float, default=30.0, help="the fake upstream's")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = run(args)
+    print(json.dumps(result, indent=2) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

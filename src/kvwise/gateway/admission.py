@@ -1,0 +1,153 @@
+"""Admission in KV tokens: reserve on a replica now, or wait in the fair queue, or be refused.
+
+`Admission.acquire` returns a `Lease` (the replica and the tokens reserved on it) as soon as a
+replica has room and nobody queued is ahead; otherwise the request waits in `FairQueue` (fair
+across flows) until a release makes room, up to `queue_timeout_s`. A full queue or a timeout
+raises `Overloaded` (the HTTP layer answers 429 with Retry-After). Service is strictly in
+queue order: the head waits for room even if a smaller request behind it would fit, so large
+requests are never starved by a stream of small ones.
+
+Everything here runs on the event loop; no locks are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvwise.gateway.fairqueue import FairQueue, QueueFull
+from kvwise.gateway.replicas import Replica
+from kvwise.gateway.routing import Router
+
+MIN_RETRY_AFTER_S = 1
+MAX_RETRY_AFTER_S = 60
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    max_queue: int
+    queue_timeout_s: float
+
+
+class NoReplica(Exception):
+    """No healthy replica is left to try for this request."""
+
+
+class Overloaded(Exception):
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What admission needs to know about a request."""
+
+    flow: str  # fairness key: session id, else API key, else client address
+    affinity_key: str  # session id or system-prompt prefix, for the router
+    cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
+
+
+@dataclass
+class Lease:
+    replica: Replica
+    cost_tokens: int
+    admission: Admission
+    is_released: bool = False
+
+    def release(self) -> None:
+        if not self.is_released:
+            self.is_released = True
+            self.admission.release(self)
+
+
+@dataclass
+class _Waiter:
+    ticket: Ticket
+    exclude: Sequence[Replica]
+    future: asyncio.Future[Lease] = field(repr=False)
+
+
+class Admission:
+    def __init__(self, router: Router, config: AdmissionConfig) -> None:
+        self.router = router
+        self.config = config
+        self.queue: FairQueue[_Waiter] = FairQueue(config.max_queue)
+        self.num_admitted = 0
+        self.num_queued = 0
+        self.num_rejected = 0
+        self.admitted_flows: deque[str] = deque(maxlen=10_000)  # admission order, for inspection
+        self._recent_service_s: deque[float] = deque(maxlen=64)
+
+    async def acquire(self, ticket: Ticket, exclude: Sequence[Replica] = ()) -> Lease:
+        if not any(r.is_healthy and r not in exclude for r in self.router.replicas):
+            raise NoReplica
+        if len(self.queue) == 0:
+            lease = self._try_reserve(ticket, exclude)
+            if lease is not None:
+                return lease
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(ticket, exclude, loop.create_future())
+        try:
+            entry = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
+        except QueueFull:
+            self.num_rejected += 1
+            raise Overloaded("queue full", self.retry_after_s()) from None
+        self.num_queued += 1
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(waiter.future), self.config.queue_timeout_s
+            )
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            self.queue.cancel(entry)
+            if waiter.future.done() and not waiter.future.cancelled():
+                waiter.future.result().release()  # granted just as we gave up: hand it back
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            self.num_rejected += 1
+            raise Overloaded("queue timeout", self.retry_after_s()) from None
+
+    def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
+        replica = self.router.pick(ticket.affinity_key, ticket.cost_tokens, exclude)
+        if replica is None:
+            return None
+        replica.reserve(ticket.cost_tokens)
+        self.num_admitted += 1
+        self.admitted_flows.append(ticket.flow)
+        return Lease(replica, ticket.cost_tokens, self)
+
+    def release(self, lease: Lease) -> None:
+        lease.replica.release(lease.cost_tokens)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Grant leases to queued requests, head first, while the head finds room."""
+        while (entry := self.queue.peek()) is not None:
+            waiter = entry.item
+            lease = self._try_reserve(waiter.ticket, waiter.exclude)
+            if lease is None:
+                return
+            self.queue.pop()
+            waiter.future.set_result(lease)
+
+    def record_service_time(self, seconds: float) -> None:
+        self._recent_service_s.append(seconds)
+
+    def retry_after_s(self) -> int:
+        """When to come back: the queue drained at the recent pace of completions."""
+        slots = max(1, sum(r.num_in_flight for r in self.router.replicas))
+        mean_service_s = (
+            sum(self._recent_service_s) / len(self._recent_service_s)
+            if self._recent_service_s
+            else 1.0
+        )
+        estimate = mean_service_s * (len(self.queue) + 1) / slots
+        return int(min(MAX_RETRY_AFTER_S, max(MIN_RETRY_AFTER_S, math.ceil(estimate))))
+
+    @property
+    def reserved_tokens(self) -> int:
+        return sum(r.reserved_tokens for r in self.router.replicas)

@@ -1,0 +1,263 @@
+"""The gateway process: its state (`Gateway`), its health loop, and the ASGI app.
+
+Routes: POST /v1/chat/completions and /v1/completions (KV admission, streaming relay, failover),
+GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json.
+API keys guard the /v1 routes; /health and /metrics stay open, as on vLLM itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kvwise.gateway.admission import Admission
+from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
+from kvwise.gateway.config import GatewayConfig
+from kvwise.gateway.endpoint import CompletionsEndpoint
+from kvwise.gateway.launcher import Supervisor
+from kvwise.gateway.metrics import GatewayMetrics, Gauge
+from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
+from kvwise.gateway.replicas import Replica, parse_engine_metrics
+from kvwise.gateway.routing import Router
+from kvwise.gateway.schemas import ChatRequest, CompletionRequest
+from kvwise.gateway.security import ApiKeys, RateLimiter
+from kvwise.gateway.sessions import SessionStore, open_store
+from kvwise.gateway.tokens import load_tokenizer
+from kvwise.gateway.upstream_http import UpstreamClient
+
+log = logging.getLogger("kvwise.gateway")
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.replicas = [Replica(u.name, u.url, u.budget_tokens) for u in config.upstreams]
+        self.admission = Admission(Router(self.replicas), config.admission)
+        self.tokenizer = load_tokenizer(config.tokenizer_path)
+        self.api_keys = ApiKeys(config.security.api_keys)
+        rps = config.security.rate_limit_rps
+        self.rate_limiter = RateLimiter(rps, config.security.rate_limit_burst) if rps else None
+        self.store: SessionStore | None = None
+        self.num_sessions = 0
+        self.metrics = GatewayMetrics(self)
+        self.upstream_headers = {"content-type": "application/json"}
+        if config.upstream_api_key:
+            self.upstream_headers["authorization"] = f"Bearer {config.upstream_api_key}"
+        self.http = httpx.AsyncClient()  # replaced in start(), inside the serving event loop
+        self.upstream = UpstreamClient(config.connect_timeout_s, config.upstream_timeout_s)
+        self._health_task: asyncio.Task[None] | None = None
+
+    @property
+    def prepare_context(self) -> PrepareContext:
+        return PrepareContext(
+            self.tokenizer, self.config.max_model_len, self.config.sessions, self.store
+        )
+
+    async def start(self) -> None:
+        timeout = httpx.Timeout(
+            self.config.upstream_timeout_s, connect=self.config.connect_timeout_s
+        )
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+        await self.http.aclose()
+        self.http = httpx.AsyncClient(timeout=timeout, limits=limits)
+        if self.config.sessions is not None:
+            self.store = open_store(self.config.sessions.store, self.config.sessions.caps)
+        await self.check_replicas()
+        self._health_task = asyncio.create_task(self._health_loop())
+
+    async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        await self.http.aclose()
+        self.upstream.close()
+        if self.store is not None:
+            await self.store.close()
+
+    def authorize(self, scope: Scope) -> str:
+        """The client's identity (its API key, else its address), or 401 / 429."""
+        client = scope["client"][0] if scope.get("client") else "unknown"
+        if self.api_keys.is_required:
+            key = self.api_keys.check(header(scope, b"authorization"))
+            if key is None:
+                raise HttpError(401, "missing or invalid API key", "authentication_error")
+            client = (
+                "key:" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+            )  # no key text kept
+        if self.rate_limiter is not None:
+            wait_s = self.rate_limiter.try_take(client)
+            if wait_s > 0:
+                self.metrics.rate_limited.inc()
+                raise HttpError(429, "rate limit exceeded for this API key", "rate_limit_exceeded",
+                                headers={"retry-after": str(max(1, round(wait_s)))})  # fmt: skip
+        return client
+
+    def mark_down(self, replica: Replica) -> None:
+        if replica.is_healthy:
+            log.warning("replica %s marked down", replica.name)
+        replica.is_healthy = False
+
+    def count_response(self, status: int) -> None:
+        self.metrics.responses.inc(str(status))
+
+    async def store_turn(self, turn: TurnToStore, reply: dict[str, Any]) -> None:
+        assert self.store is not None
+        await self.store.append_turn(turn.session_id, turn.system, [*turn.new_messages, reply])
+
+    async def check_replicas(self) -> None:
+        await asyncio.gather(*(self._check(r) for r in self.replicas))
+        if self.store is not None:
+            self.num_sessions = await self.store.count_sessions()
+        self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
+
+    async def _check(self, replica: Replica) -> None:
+        try:
+            health = await self.http.get(f"{replica.url}/health", timeout=2.0)
+            replica.is_healthy = health.status_code == 200
+            metrics = await self.http.get(f"{replica.url}/metrics", timeout=2.0)
+            replica.load = (
+                parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
+            )
+        except httpx.HTTPError:
+            self.mark_down(replica)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            try:
+                await self.check_replicas()
+            except Exception:  # the loop must outlive any one bad tick
+                log.exception("health check failed")
+
+
+async def _health(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    replicas = {r.name: {"url": r.url, "healthy": r.is_healthy} for r in gateway.replicas}
+    status = 200 if any(r.is_healthy for r in gateway.replicas) else 503
+    return JSONResponse(
+        {"status": "ok" if status == 200 else "unavailable", "replicas": replicas}, status
+    )
+
+
+async def _metrics(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    return Response(gateway.metrics.registry.render(), media_type="text/plain; version=0.0.4")
+
+
+async def _models(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    try:
+        gateway.authorize(request.scope)
+    except HttpError as exc:
+        return JSONResponse(exc.body(), exc.status, exc.headers)
+    for replica in (r for r in gateway.replicas if r.is_healthy):
+        try:
+            upstream = await gateway.http.get(
+                f"{replica.url}/v1/models", headers=gateway.upstream_headers
+            )
+        except httpx.HTTPError:
+            continue
+        if upstream.status_code == 200:
+            return Response(upstream.content, media_type="application/json")
+    error = HttpError(503, "no healthy replica", "service_unavailable")
+    return JSONResponse(error.body(), error.status)
+
+
+def openapi_document() -> dict[str, Any]:
+    """The request schemas, for clients and fuzzers (schemathesis) alike."""
+    operations = {
+        "/v1/chat/completions": ChatRequest.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        ),
+        "/v1/completions": CompletionRequest.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        ),
+    }
+    components: dict[str, Any] = {}
+    paths: dict[str, Any] = {}
+    for path, schema in operations.items():
+        components.update(schema.pop("$defs", {}))
+        body = {"required": True, "content": {"application/json": {"schema": schema}}}
+        outcomes = ((200, "completion"), (400, "invalid request"), (401, "bad key"), (429, "busy"))
+        responses = {str(code): {"description": text} for code, text in outcomes}
+        paths[path] = {"post": {"requestBody": body, "responses": responses}}
+    info = {"title": "kvwise gateway", "version": "1"}
+    return {"openapi": "3.1.0", "info": info, "paths": paths, "components": {"schemas": components}}
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
+
+
+def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _HotPath:
+    """The ASGI app; with a `Supervisor` (from --launch) it also keeps the replicas running."""
+    gateway = Gateway(config)
+    if supervisor is not None:
+        restarts = Gauge(
+            "kvwise_replica_restarts_total",
+            "replicas restarted after they exited",
+            lambda: {(name,): float(run.num_restarts) for name, run in supervisor.running.items()},
+            ("replica",),
+            kind="counter",
+        )
+        gateway.metrics.registry.add(restarts)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gateway.start()
+        watch = asyncio.create_task(supervisor.watch()) if supervisor is not None else None
+        try:
+            yield
+        finally:
+            if watch is not None:
+                watch.cancel()
+            await gateway.stop()
+
+    completions = {
+        "/v1/chat/completions": CompletionsEndpoint(gateway, prepare_chat),
+        "/v1/completions": CompletionsEndpoint(gateway, prepare_completion),
+    }
+    routes = [Route(path, endpoint, methods=["POST"]) for path, endpoint in completions.items()]
+    routes += [
+        Route("/v1/models", _models, methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
+        Route("/metrics", _metrics, methods=["GET"]),
+        Route("/openapi.json", _openapi, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gateway
+    return _HotPath(app, completions)
+
+
+class _HotPath:
+    """POSTs to the completion endpoints go straight to them; everything else (lifespan, other
+    routes, 404/405) through Starlette. Starlette's middleware wraps every `send`, and the
+    streaming relay calls `send` once per SSE event."""
+
+    def __init__(self, app: Starlette, completions: dict[str, CompletionsEndpoint]) -> None:
+        self.app = app
+        self.state = app.state
+        self._completions = completions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self._completions.get(scope["path"])
+            if endpoint is not None:
+                try:
+                    await endpoint(scope, receive, send)
+                except Exception:
+                    log.exception("unhandled error in %s", scope["path"])
+                    raise
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,276 @@
+"""`kvwise serve`: the gateway in front of running engines (--upstream) or launched ones (--launch).
+
+    kvwise serve --upstream http://127.0.0.1:8001 --kv-budget-tokens 60000
+    kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu rtx4090 --max-model-len 16384 --launch
+    kvwise serve --demo
+
+Where the limits come from, first match wins:
+    KV budget per replica   --kv-budget-tokens; the plan's KV tokens; the engine's own pool
+                            (its /metrics `vllm:cache_config_info`)
+    max_model_len           --max-model-len; the plan's; the engine's /v1/models
+At start it prints the limits it enforces and where each came from (`--json`: as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvwise.core.flags import add_vllm_flags, flags_from_args
+from kvwise.errors import UsageError
+from kvwise.gateway.admission import AdmissionConfig
+from kvwise.gateway.config import MIB, GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
+from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
+from kvwise.gateway.security import read_keys_file
+from kvwise.gateway.sessions import SessionCaps
+
+DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
+DAY_S = 86_400
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvwise serve", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "model", nargs="?", help="model to plan for and launch (HF id, catalog name, dir)"
+    )
+    parser.add_argument("--gpu", help="GPU catalog name, for the plan")
+    parser.add_argument("--gpu-memory-gib", type=float, help="any other GPU: its memory in GiB")
+    parser.add_argument("--vllm-version", help="vLLM release whose accounting the plan uses")
+    engines = parser.add_argument_group("engines")
+    engines.add_argument(
+        "--upstream", action="append", default=[], help="running OpenAI-compatible server"
+    )
+    engines.add_argument(
+        "--launch", action="store_true", help="start vLLM replicas with the planned flags"
+    )
+    engines.add_argument(
+        "--replicas", type=int, default=1, help="with --launch (one per GPU or TP group)"
+    )
+    engines.add_argument("--engine-command", help="template, default 'vllm serve {model}'")
+    engines.add_argument("--log-dir", type=Path, default=Path("kvwise-logs"), help="replica logs")
+    engines.add_argument(
+        "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
+    )
+    engines.add_argument("--upstream-api-key", help="key the engines expect (never the client's)")
+    _add_gateway_flags(parser)
+    add_vllm_flags(parser)
+    parser.add_argument("--json", action="store_true", help="print the enforced limits as JSON")
+    return parser
+
+
+def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
+    gateway = parser.add_argument_group("gateway")
+    gateway.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    gateway.add_argument("--port", type=int, default=8000)
+    gateway.add_argument(
+        "--kv-budget-tokens", type=int, help="KV tokens per replica (overrides the plan)"
+    )
+    gateway.add_argument("--max-queue", type=int, default=256, help="requests waiting; 429 beyond")
+    gateway.add_argument(
+        "--queue-timeout", type=float, default=60.0, help="seconds a request may wait"
+    )
+    gateway.add_argument(
+        "--tokenizer", help="tokenizer.json or model folder, for exact prompt counts"
+    )
+    security = parser.add_argument_group("security")
+    security.add_argument(
+        "--api-key", action="append", default=[], help="accepted key (repeatable)"
+    )
+    security.add_argument("--api-keys-file", type=Path, help="one accepted key per line")
+    security.add_argument("--max-body-bytes", type=int, default=8 * MIB)
+    security.add_argument("--rate-limit", type=float, help="requests per second per key")
+    security.add_argument("--rate-burst", type=int, default=20)
+    sessions = parser.add_argument_group("agent sessions")
+    sessions.add_argument(
+        "--session-history", action="store_true", help="store turns, rebuild prompts"
+    )
+    sessions.add_argument(
+        "--session-store", default=DEFAULT_SESSION_STORE, help="SQLite path or redis://"
+    )
+    sessions.add_argument(
+        "--session-ttl", type=float, default=7 * DAY_S, help="seconds idle before forgotten"
+    )
+    sessions.add_argument("--session-max-messages", type=int, default=2000)
+    sessions.add_argument("--session-max-bytes", type=int, default=16 * MIB)
+    sessions.add_argument(
+        "--session-reply-tokens", type=int, default=1024, help="kept free for the reply"
+    )
+    sessions.add_argument("--session-max-prompt-tokens", type=int, help="trim histories to this")
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value}")
+
+
+def security_config(args: argparse.Namespace) -> SecurityConfig:
+    keys = tuple(args.api_key) + (read_keys_file(args.api_keys_file) if args.api_keys_file else ())
+    return SecurityConfig(keys, args.max_body_bytes, args.rate_limit, args.rate_burst)
+
+
+def session_config(args: argparse.Namespace) -> SessionConfig:
+    caps = SessionCaps(args.session_ttl, args.session_max_messages, args.session_max_bytes)
+    return SessionConfig(
+        store=args.session_store,
+        caps=caps,
+        is_history_enabled=args.session_history,
+        reply_reserve_tokens=args.session_reply_tokens,
+        max_prompt_tokens=args.session_max_prompt_tokens,
+    )
+
+
+@dataclass(frozen=True)
+class Started:
+    urls: list[str]
+    supervisor: Any  # launcher.Supervisor | None
+    tokenizer_path: str | None
+
+
+def start_engines(args: argparse.Namespace) -> Started:
+    if args.demo:
+        from kvwise.gateway.demo import start_demo
+
+        return start_demo(args)
+    if args.launch:
+        if not args.model:
+            raise UsageError("--launch needs a MODEL to serve")
+        from kvwise.gateway.launcher import DEFAULT_ENGINE_COMMAND, Supervisor, plan_launches
+
+        flags = flags_from_args(args)
+        # several replicas split the visible GPUs into groups of TP x PP; one uses them all
+        per_replica = (flags.tensor_parallel_size or 1) * (flags.pipeline_parallel_size or 1)
+        gpu_ids = list(range(args.replicas * per_replica)) if args.replicas > 1 else None
+        command = args.engine_command or DEFAULT_ENGINE_COMMAND
+        launches = plan_launches(args.model, flags, args.replicas, command, args.log_dir, gpu_ids)
+        supervisor = Supervisor(launches)
+        print(
+            f"kvwise serve: starting {len(launches)} replica(s); logs in {args.log_dir}/",
+            file=sys.stderr,
+        )
+        supervisor.start_and_wait(timeout_s=900)
+        local = args.model if Path(args.model).is_dir() else None
+        return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
+    if not args.upstream:
+        raise UsageError("give --upstream URL (a running server), --launch with a MODEL, or --demo")
+    return Started(list(args.upstream), None, args.tokenizer)
+
+
+def build_config(
+    args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
+) -> GatewayConfig:
+    upstreams = tuple(
+        UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens) for i, url in enumerate(urls)
+    )
+    return GatewayConfig(
+        upstreams=upstreams,
+        max_model_len=limits.max_model_len,
+        admission=AdmissionConfig(args.max_queue, args.queue_timeout),
+        security=security_config(args),
+        sessions=session_config(args),
+        tokenizer_path=tokenizer,
+        upstream_api_key=args.upstream_api_key,
+    )
+
+
+def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) -> dict[str, Any]:
+    sessions = config.sessions
+    return {
+        "listen": f"http://{args.host}:{args.port}",
+        "replicas": [
+            {"name": u.name, "url": u.url, "kv_budget_tokens": u.budget_tokens}
+            for u in config.upstreams
+        ],
+        "kv_budget_source": limits.kv_budget_source,
+        "max_model_len": config.max_model_len,
+        "max_model_len_source": limits.max_model_len_source,
+        "plan": limits.plan_summary,
+        "max_queue": config.admission.max_queue,
+        "queue_timeout_s": config.admission.queue_timeout_s,
+        "api_keys": len(config.security.api_keys),
+        "session_store": sessions.store if sessions else None,
+        "session_history": bool(sessions and sessions.is_history_enabled),
+        "token_counting": "tokenizer.json"
+        if config.tokenizer_path
+        else "UTF-8 bytes (upper bound)",
+    }
+
+
+def print_limits(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2), flush=True)
+        return
+    s = summary
+    lines = ["kvwise serve: enforcing"]
+    if s["plan"]:
+        lines.append(f"  plan:          {s['plan']}")
+    for r in s["replicas"]:
+        lines.append(
+            f"  replica {r['name']}:    {r['url']}  KV budget {r['kv_budget_tokens']:,} tokens"
+        )
+    history = "on" if s["session_history"] else "off"
+    lines += [
+        f"  KV budget from {s['kv_budget_source']}",
+        f"  max_model_len: {s['max_model_len']:,} (from {s['max_model_len_source']})",
+        f"  queue:         {s['max_queue']} requests, {s['queue_timeout_s']:g} s timeout; 429 past",
+        f"  sessions:      store {s['session_store']}, history {history}",
+        f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}",
+        f"  listening on   {s['listen']}",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    _positive(
+        args,
+        "kv_budget_tokens",
+        "max_queue",
+        "queue_timeout",
+        "replicas",
+        "max_body_bytes",
+        "rate_limit",
+    )
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health check otherwise
+    planned = plan_limits(args)
+    started = start_engines(args)
+    try:
+        limits = discover_limits(args, planned, started.urls)
+        config = build_config(args, started.urls, limits, started.tokenizer_path)
+        print_limits(describe(config, limits, args), args.json)
+        serve(config, args.host, args.port, started.supervisor)
+    finally:
+        if started.supervisor is not None:
+            started.supervisor.stop()
+    return 0
+
+
+def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
+    import uvicorn
+
+    from kvwise.gateway.app import create_app
+
+    app = create_app(config, supervisor=supervisor)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found: make
+    # that one an exit, so the launched replicas are stopped on the way out (cli.run's finally)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

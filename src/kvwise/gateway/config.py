@@ -1,0 +1,49 @@
+"""The gateway's configuration: frozen values, each component gets the part it needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvwise.gateway.admission import AdmissionConfig
+from kvwise.gateway.sessions import SessionCaps
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    api_keys: tuple[str, ...] = ()  # empty: no authentication (loopback use)
+    max_body_bytes: int = 8 * MIB
+    rate_limit_rps: float | None = None  # per API key (or client address without keys)
+    rate_limit_burst: int = 20
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    store: str  # SQLite path or redis:// URL
+    caps: SessionCaps
+    is_history_enabled: bool  # rebuild prompts from the stored history (--session-history)
+    reply_reserve_tokens: int  # kept free for the reply when a request sets no max_tokens
+    max_prompt_tokens: int | None  # trim histories to this even when max_model_len allows more
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    name: str
+    url: str
+    budget_tokens: int
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    upstreams: tuple[UpstreamSpec, ...]
+    max_model_len: int
+    admission: AdmissionConfig
+    security: SecurityConfig
+    sessions: SessionConfig | None
+    tokenizer_path: str | None = None  # model folder or tokenizer.json; else byte estimate
+    upstream_api_key: str | None = None  # sent to the engines, never the client's key
+    health_interval_s: float = 1.0
+    connect_timeout_s: float = 5.0
+    upstream_timeout_s: float = 600.0
+    is_prompt_logging_enabled: bool = False

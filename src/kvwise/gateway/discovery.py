@@ -1,0 +1,100 @@
+"""Where the gateway's limits come from: flags, the plan, or the running engine itself.
+
+The planner (`kvwise.planner.plan`) gives the KV tokens and `max_model_len` vLLM will have, when
+a model and a GPU are named. A running vLLM tells both too: `/v1/models` lists `max_model_len`,
+and `/metrics` has `vllm:cache_config_info` with the pool size. Explicit flags win over both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass
+
+import httpx
+
+from kvwise.core.flags import flags_from_args
+from kvwise.errors import UpstreamError, UsageError
+from kvwise.gateway.replicas import parse_engine_metrics
+
+
+@dataclass(frozen=True)
+class PlannedLimits:
+    kv_tokens: int
+    max_model_len: int
+    summary: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    kv_budget_tokens: int
+    kv_budget_source: str
+    max_model_len: int
+    max_model_len_source: str
+    plan_summary: str | None
+
+
+def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
+    """The plan for MODEL on --gpu with the given vLLM flags, when both are named."""
+    if not args.model or not (args.gpu or args.gpu_memory_gib):
+        return None
+    from kvwise.core.catalog import load_model
+    from kvwise.core.gpus import custom_gpu, find_gpu
+
+    try:  # the planner's public function (kvwise.planner.plan)
+        plan = importlib.import_module("kvwise.planner").plan
+    except AttributeError:
+        return None
+    gpu = find_gpu(args.gpu) if args.gpu else custom_gpu(args.gpu_memory_gib)
+    result = plan(
+        load_model(args.model), gpu, flags_from_args(args), vllm_version=args.vllm_version
+    )
+    if not result.starts:
+        raise UsageError(f"the plan says vLLM will not start: {result.error.message}")
+    summary = (
+        f"{result.model.model_id} on {result.gpu.name}: {result.kv.tokens:,} KV tokens, "
+        f"max_model_len {result.flags.max_model_len:,}, "
+        f"max concurrency {result.kv.max_concurrency:.1f}"
+    )
+    return PlannedLimits(result.kv.tokens, result.flags.max_model_len, summary)
+
+
+def _engine_limits(url: str) -> tuple[int | None, int | None]:
+    """(pool tokens, max_model_len) as the engine reports them, None where it does not."""
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=10).json().get("data") or [{}]
+        metrics = httpx.get(f"{url}/metrics", timeout=10)
+    except (httpx.HTTPError, ValueError) as exc:
+        raise UpstreamError(f"cannot read limits from {url}: {exc}") from exc
+    max_model_len = models[0].get("max_model_len")
+    pool = parse_engine_metrics(metrics.text).pool_tokens if metrics.status_code == 200 else None
+    return pool, max_model_len if isinstance(max_model_len, int) else None
+
+
+def discover_limits(
+    args: argparse.Namespace, planned: PlannedLimits | None, urls: list[str]
+) -> Limits:
+    budget, budget_source = args.kv_budget_tokens, "--kv-budget-tokens"
+    max_len, max_len_source = args.max_model_len, "--max-model-len"
+    if planned is not None:
+        if budget is None:
+            budget, budget_source = planned.kv_tokens, "the plan"
+        if max_len is None or max_len == -1:
+            max_len, max_len_source = planned.max_model_len, "the plan"
+    if budget is None or max_len is None or max_len == -1:
+        pool, engine_len = _engine_limits(urls[0])
+        if budget is None and pool is not None:
+            budget, budget_source = pool, f"the engine's KV pool ({urls[0]}/metrics)"
+        if (max_len is None or max_len == -1) and engine_len is not None:
+            max_len, max_len_source = engine_len, f"the engine ({urls[0]}/v1/models)"
+    if budget is None:
+        raise UsageError(
+            "cannot tell the KV budget: pass --kv-budget-tokens, or a MODEL and --gpu to plan"
+        )
+    if max_len is None or max_len == -1:
+        raise UsageError(
+            "cannot tell max_model_len: pass --max-model-len, or a MODEL and --gpu to plan"
+        )
+    return Limits(
+        budget, budget_source, max_len, max_len_source, planned.summary if planned else None
+    )

@@ -1,0 +1,349 @@
+"""`/v1/chat/completions` and `/v1/completions`: admit, relay (streaming or not), fail over.
+
+A request's life: authorize -> read the body (capped) -> prepare (validate, history, count) ->
+admission (a lease on a replica, or a wait in the fair queue, or 429) -> relay -> store the turn
+-> release the lease. The client is watched for disconnection the whole time; if it goes, the
+work is cancelled, which closes the upstream connection (vLLM aborts the request when its client
+goes) and releases the lease.
+
+Failover: until the first token has been relayed, nothing has reached the client (a stream's
+role-only first chunk is held back), so a replica that fails (connection refused or reset, a
+5xx) is replaced by another one and the client never knows. After it, the stream ends with an
+OpenAI-style error event instead of the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+from kvwise.gateway import sse
+from kvwise.gateway.admission import Lease, NoReplica, Overloaded
+from kvwise.gateway.asgi import (
+    ClientGone,
+    HttpError,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_error,
+    send_response,
+    wait_for_disconnect,
+)
+from kvwise.gateway.prepare import PrepareContext, Prepared
+from kvwise.gateway.replicas import Replica
+from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from kvwise.gateway.app import Gateway
+
+log = logging.getLogger("kvwise.gateway")
+
+PrepareFn = Callable[[PrepareContext, bytes, "str | None", str], Awaitable[Prepared]]
+
+
+class ReplicaFailed(Exception):
+    """The replica could not serve this request (connection failure or 5xx)."""
+
+
+class CompletionsEndpoint:
+    def __init__(self, gateway: Gateway, prepare: PrepareFn) -> None:
+        self.gateway = gateway
+        self.prepare = prepare
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started_s = time.perf_counter()
+        gateway = self.gateway
+        try:
+            client = gateway.authorize(scope)
+            raw = await read_body(scope, receive, gateway.config.security.max_body_bytes)
+            prepared = await self.prepare(
+                gateway.prepare_context, raw, header(scope, b"x-session-id"), client
+            )
+        except HttpError as exc:
+            gateway.count_response(exc.status)
+            await send_error(send, exc)
+            return
+        except ClientGone:
+            return
+        exchange = Exchange(gateway, prepared, send, started_s)
+        work = asyncio.ensure_future(exchange.run())
+        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+        watcher.cancel()
+        if not work.done():
+            work.cancel()
+            gateway.metrics.disconnects.inc()
+        with suppress(asyncio.CancelledError):
+            await work
+
+
+class Exchange:
+    """One admitted request and its (possibly replaced) upstream."""
+
+    def __init__(self, gateway: Gateway, prepared: Prepared, send: Send, started_s: float) -> None:
+        self.gateway = gateway
+        self.prepared = prepared
+        self.send = send
+        self.started_s = started_s
+        self.lease: Lease | None = None
+        self.queue_wait_s = 0.0
+        self.sent_upstream_s = started_s
+        self.tried: list[Replica] = []
+        self.has_started_response = False
+
+    async def run(self) -> None:
+        asked_s = time.perf_counter()
+        try:
+            self.lease = await self.gateway.admission.acquire(self.prepared.ticket)
+            self.queue_wait_s = time.perf_counter() - asked_s
+        except Overloaded as exc:
+            retry_after = {"retry-after": str(exc.retry_after_s)}
+            message = f"server busy ({exc.reason}); retry later"
+            await self._fail(HttpError(429, message, "rate_limit_exceeded", headers=retry_after))
+            return
+        except NoReplica:
+            await self._fail(HttpError(503, "no healthy replica", "service_unavailable"))
+            return
+        try:
+            if self.prepared.is_stream:
+                await self._relay_stream()
+            else:
+                await self._relay_whole()
+        except HttpError as exc:
+            await self._fail(exc)
+        finally:
+            self.lease.release()
+            self.gateway.admission.record_service_time(time.perf_counter() - self.started_s)
+
+    async def _fail(self, error: HttpError) -> None:
+        self.gateway.count_response(error.status)
+        await send_error(self.send, error)
+
+    def _url(self) -> str:
+        assert self.lease is not None
+        return self.lease.replica.url + self.prepared.path
+
+    async def _failover(self, reason: str, is_replica_down: bool) -> bool:
+        """Move the lease to another replica; False when none is left to try."""
+        assert self.lease is not None
+        failed = self.lease.replica
+        log.warning("replica %s failed (%s); failing over", failed.name, reason)
+        if is_replica_down:
+            self.gateway.mark_down(failed)
+        self.tried.append(failed)
+        self.lease.release()
+        try:
+            self.lease = await self.gateway.admission.acquire(
+                self.prepared.ticket, exclude=self.tried
+            )
+        except (Overloaded, NoReplica):
+            return False
+        self.gateway.metrics.failovers.inc()
+        return True
+
+    async def _relay_whole(self) -> None:
+        while True:
+            try:
+                response = await self.gateway.upstream.post(
+                    self._url(), self.prepared.body, self.gateway.upstream_headers
+                )
+                body = await response.read()
+                response.close()
+            except UpstreamConnectionError as exc:
+                if await self._failover(str(exc), is_replica_down=True):
+                    continue
+                raise HttpError(502, f"upstream failed: {exc}", "upstream_error") from None
+            if response.status >= 500 and await self._failover(f"HTTP {response.status}", False):
+                continue
+            break
+        if response.status >= 500:
+            message = f"upstream answered {response.status} and no other replica could"
+            raise HttpError(502, message, "upstream_error")
+        if response.status == 200 and self.prepared.turn is not None:
+            reply = sse.reply_of_response(json.loads(body))
+            if reply is not None:
+                await self.gateway.store_turn(self.prepared.turn, reply)
+        self._record_latency(response.status)
+        content_type = response.headers.get("content-type", "application/json").encode()
+        await send_response(self.send, response.status, body, content_type, self._headers())
+
+    def _headers(self) -> dict[str, str]:
+        assert self.lease is not None
+        return {**self.prepared.response_headers, "x-kvwise-replica": self.lease.replica.name}
+
+    def _record_latency(self, status: int) -> None:
+        assert self.lease is not None
+        elapsed_s = time.perf_counter() - self.started_s
+        self.gateway.metrics.upstream_latency.observe(elapsed_s, self.lease.replica.name)
+        self.gateway.count_response(status)
+
+    async def _relay_stream(self) -> None:
+        while True:
+            self.sent_upstream_s = time.perf_counter()
+            try:
+                stream = await UpstreamStream.open(
+                    self.gateway.upstream,
+                    self._url(),
+                    self.prepared.body,
+                    self.gateway.upstream_headers,
+                )
+            except ReplicaFailed as exc:
+                if await self._failover(str(exc), is_replica_down="HTTP" not in str(exc)):
+                    continue
+                raise HttpError(502, f"upstream failed: {exc}", "upstream_error") from None
+            break
+        try:
+            if stream.response.status != 200:
+                body = await stream.response.read()
+                self._record_latency(stream.response.status)
+                content_type = stream.response.headers.get(
+                    "content-type", "application/json"
+                ).encode()
+                await send_response(
+                    self.send, stream.response.status, body, content_type, self._headers()
+                )
+                return
+            await StreamRelay(self, stream).run()
+        finally:
+            stream.response.close()
+
+
+class UpstreamStream:
+    """An upstream SSE response, read up to its first token (or its end) before anything is sent."""
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self.response = response
+        self.chunks: AsyncIterator[bytes] = response.iter_raw()
+        self.splitter = sse.EventSplitter()
+        self.held: list[bytes] = []  # events read before the first token
+        self.is_finished = False
+        self.first_token_read_s: float | None = None
+
+    @classmethod
+    async def open(
+        cls, client: UpstreamClient, url: str, body: bytes, headers: dict[str, str]
+    ) -> UpstreamStream:
+        try:
+            response = await client.post(url, body, headers)
+        except UpstreamConnectionError as exc:
+            raise ReplicaFailed(str(exc)) from None
+        if response.status >= 500:
+            response.close()
+            raise ReplicaFailed(f"HTTP {response.status}")
+        stream = cls(response)
+        if response.status == 200:
+            try:
+                await stream._read_to_first_token()
+            except UpstreamConnectionError as exc:
+                response.close()
+                raise ReplicaFailed(f"{exc} before the first token") from None
+        return stream
+
+    async def _read_to_first_token(self) -> None:
+        async for chunk in self.chunks:
+            for event in self.splitter.feed(chunk):
+                self.held.append(event)
+                payload = sse.event_json(event)
+                if sse.is_done(event) or (payload is not None and sse.carries_token(payload)):
+                    self.first_token_read_s = time.perf_counter()
+                    return
+        self.is_finished = True
+
+
+class StreamRelay:
+    """Relays events to the client as they complete; stores the turn before the final [DONE]."""
+
+    def __init__(self, exchange: Exchange, stream: UpstreamStream) -> None:
+        self.exchange = exchange
+        self.stream = stream
+        self.collector = sse.ReplyCollector() if exchange.prepared.turn is not None else None
+        self.is_stored = False
+        self.num_token_events = 0
+        self.first_token_s: float | None = None
+        self.last_token_s = 0.0
+
+    async def run(self) -> None:
+        exchange, gateway = self.exchange, self.exchange.gateway
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+                   (b"x-accel-buffering", b"no")]  # fmt: skip
+        headers += [(k.encode(), v.encode()) for k, v in exchange._headers().items()]
+        await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
+        exchange.has_started_response = True
+        await self._forward(self.stream.held)
+        self._record_overhead()
+        try:
+            if not self.stream.is_finished:
+                async for chunk in self.stream.chunks:
+                    await self._forward(self.stream.splitter.feed(chunk))
+            tail = self.stream.splitter.rest()
+            if tail:
+                await self._forward([tail])
+            if not self.is_stored:  # an upstream that ends its stream without [DONE]
+                await self._store_turn()
+        except UpstreamConnectionError as exc:
+            assert exchange.lease is not None
+            gateway.mark_down(exchange.lease.replica)
+            message = f"replica {exchange.lease.replica.name} failed mid-stream ({exc})"
+            await exchange.send(
+                {"type": "http.response.body", "body": sse.error_event(message), "more_body": True}
+            )
+            gateway.metrics.broken_streams.inc()
+        await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
+        exchange._record_latency(200)
+        self._record_token_times()
+
+    async def _forward(self, events: list[bytes]) -> None:
+        if not events:
+            return
+        now_s = time.perf_counter()
+        for event in events:
+            if sse.is_done(event):
+                await self._store_turn()
+            elif event.startswith(b"data: {"):
+                self._observe(event, now_s)
+        await self.exchange.send(
+            {"type": "http.response.body", "body": b"".join(events), "more_body": True}
+        )
+
+    def _record_overhead(self) -> None:
+        """The gateway's own time on the TTFT path: request in -> request out (queue wait
+        excluded) plus first token in -> first token out."""
+        exchange, read_s = self.exchange, self.stream.first_token_read_s
+        if read_s is None:
+            return
+        before_s = exchange.sent_upstream_s - exchange.started_s - exchange.queue_wait_s
+        after_s = time.perf_counter() - read_s
+        exchange.gateway.metrics.ttft_overhead.observe(before_s + after_s)
+
+    async def _store_turn(self) -> None:
+        """Before [DONE] reaches the client: an acknowledged turn is a stored turn."""
+        turn = self.exchange.prepared.turn
+        if self.collector is not None and turn is not None and not self.is_stored:
+            self.is_stored = True
+            await self.exchange.gateway.store_turn(turn, self.collector.message())
+
+    def _observe(self, event: bytes, now_s: float) -> None:
+        if self.collector is not None:
+            payload = sse.event_json(event)
+            if payload is not None:
+                self.collector.add_chunk(payload)
+        if self.first_token_s is None:
+            payload = sse.event_json(event)
+            if payload is None or not sse.carries_token(payload):
+                return
+            self.first_token_s = now_s
+            self.exchange.gateway.metrics.ttft.observe(now_s - self.exchange.started_s)
+        self.num_token_events += 1
+        self.last_token_s = now_s
+
+    def _record_token_times(self) -> None:
+        if self.first_token_s is not None and self.num_token_events > 1:
+            tpot_s = (self.last_token_s - self.first_token_s) / (self.num_token_events - 1)
+            self.exchange.gateway.metrics.tpot.observe(tpot_s)

@@ -1,0 +1,195 @@
+"""From an HTTP body to what admission and the relay need: validated, counted, history applied.
+
+Each request becomes a `Prepared`: the body to send upstream (the client's bytes untouched
+unless the session history rewrote the messages), its KV cost, its fairness flow and affinity
+key, and, for a session with history, the turn to store once the reply is complete.
+
+KV cost per sequence: the prompt's upper-bound tokens plus `max_tokens`, or `max_model_len`
+when the request sets no `max_tokens` (vLLM then lets the reply grow to the model's limit);
+never more than `max_model_len`, the most one sequence can hold. `n` choices and batched prompts
+are separate sequences in vLLM, so their costs add up.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from kvwise.gateway.admission import Ticket
+from kvwise.gateway.asgi import HttpError
+from kvwise.gateway.config import SessionConfig
+from kvwise.gateway.history import Message, trim_history
+from kvwise.gateway.schemas import ChatRequest, CompletionRequest, describe_validation_error
+from kvwise.gateway.sessions import SessionStore
+from kvwise.gateway.tokens import (
+    TEMPLATE_TOKENS_FOR_REPLY,
+    TokenCount,
+    Tokenizer,
+    count_chat,
+    count_messages,
+    count_prompt,
+    count_tools,
+)
+
+AFFINITY_PREFIX_CHARS = 2048  # enough to tell system prompts apart, cheap to hash
+
+
+@dataclass(frozen=True)
+class TurnToStore:
+    session_id: str
+    system: list[Message] | None  # None: keep the stored system prompt
+    new_messages: list[Message]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    path: str
+    body: bytes
+    is_stream: bool
+    ticket: Ticket
+    prompt_tokens: TokenCount
+    turn: TurnToStore | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrepareContext:
+    tokenizer: Tokenizer
+    max_model_len: int
+    sessions: SessionConfig | None
+    store: SessionStore | None
+
+
+def _parse(raw: bytes, model: type[BaseModel]) -> tuple[dict[str, Any], Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise HttpError(400, "request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "request body must be a JSON object")
+    try:
+        return body, model.model_validate(body)
+    except ValidationError as exc:
+        message, param = describe_validation_error(exc)
+        raise HttpError(400, message, param=param) from None
+
+
+def _check_length(prompt: TokenCount, reply_tokens: int | None, max_model_len: int) -> None:
+    """The 400 vLLM would give, said before the engine is bothered (lower bounds only)."""
+    if prompt.lower >= max_model_len:
+        raise HttpError(
+            400,
+            f"prompt is {prompt.lower} tokens; this model's max_model_len is {max_model_len}",
+            param="messages",
+        )
+    if reply_tokens is not None and prompt.lower + reply_tokens > max_model_len:
+        message = f"prompt ({prompt.lower} tokens) + max_tokens ({reply_tokens})"
+        raise HttpError(
+            400, f"{message} exceeds max_model_len ({max_model_len})", param="max_tokens"
+        )
+
+
+def sequence_cost(prompt: TokenCount, reply_tokens: int | None, max_model_len: int) -> int:
+    if reply_tokens is None:
+        return max_model_len
+    return min(max_model_len, prompt.upper + reply_tokens)
+
+
+def _affinity(session_id: str | None, prefix: str) -> str:
+    return f"session:{session_id}" if session_id else f"prefix:{prefix[:AFFINITY_PREFIX_CHARS]}"
+
+
+async def prepare_chat(
+    ctx: PrepareContext, raw: bytes, session_id: str | None, client: str
+) -> Prepared:
+    body, request = _parse(raw, ChatRequest)
+    session_id = session_id or request.user
+    reply_tokens = request.reply_tokens()
+    headers: dict[str, str] = {}
+    turn = None
+    if (
+        session_id
+        and ctx.sessions is not None
+        and ctx.sessions.is_history_enabled
+        and ctx.store is not None
+    ):
+        turn, messages, headers = await _apply_history(ctx, session_id, body, reply_tokens)
+        body = dict(body, messages=messages)
+        raw = json.dumps(body).encode()
+    messages = body["messages"]
+    prompt = count_chat(ctx.tokenizer, messages, request.tools)
+    _check_length(prompt, reply_tokens, ctx.max_model_len)
+    system = next((m for m in messages if m.get("role") == "system"), None)
+    ticket = Ticket(
+        flow=f"session:{session_id}" if session_id else client,
+        affinity_key=_affinity(session_id, str(system.get("content")) if system else ""),
+        cost_tokens=request.n * sequence_cost(prompt, reply_tokens, ctx.max_model_len),
+    )
+    return Prepared("/v1/chat/completions", raw, request.stream, ticket, prompt, turn, headers)
+
+
+async def prepare_completion(
+    ctx: PrepareContext, raw: bytes, session_id: str | None, client: str
+) -> Prepared:
+    _, request = _parse(raw, CompletionRequest)
+    prompts = request.prompts()
+    if not prompts:
+        raise HttpError(400, "prompt: at least one prompt is required", param="prompt")
+    counts = [count_prompt(ctx.tokenizer, p) for p in prompts]
+    for count in counts:
+        _check_length(count, request.max_tokens, ctx.max_model_len)
+    session_id = session_id or request.user
+    first = prompts[0] if isinstance(prompts[0], str) else ""
+    ticket = Ticket(
+        flow=f"session:{session_id}" if session_id else client,
+        affinity_key=_affinity(session_id, first),
+        cost_tokens=request.n
+        * sum(sequence_cost(c, request.max_tokens, ctx.max_model_len) for c in counts),
+    )
+    total = TokenCount(sum(c.lower for c in counts), sum(c.upper for c in counts))
+    return Prepared("/v1/completions", raw, request.stream, ticket, total)
+
+
+def _same_message(a: Message, b: Message) -> bool:
+    keys = ("role", "content", "tool_call_id")
+    return all((a.get(k) or None) == (b.get(k) or None) for k in keys)  # "" and null alike
+
+
+def _new_part(stored: list[Message], incoming: list[Message]) -> list[Message]:
+    """A client that resends the whole conversation is recognised: only the tail is new."""
+    if len(incoming) >= len(stored) and all(
+        _same_message(s, i) for s, i in zip(stored, incoming, strict=False)
+    ):
+        return incoming[len(stored) :]
+    return incoming
+
+
+async def _apply_history(
+    ctx: PrepareContext, session_id: str, body: dict[str, Any], reply_tokens: int | None
+) -> tuple[TurnToStore, list[Message], dict[str, str]]:
+    assert ctx.sessions is not None and ctx.store is not None
+    stored = await ctx.store.load(session_id)
+    sent_system = [m for m in body["messages"] if m.get("role") == "system"]
+    incoming = [m for m in body["messages"] if m.get("role") != "system"]
+    new_messages = _new_part(stored.messages, incoming)
+    system = sent_system or stored.system
+    reserve = reply_tokens or ctx.sessions.reply_reserve_tokens
+    max_prompt = ctx.max_model_len - reserve - TEMPLATE_TOKENS_FOR_REPLY
+    max_prompt -= count_tools(ctx.tokenizer, body.get("tools")).upper
+    if ctx.sessions.max_prompt_tokens is not None:
+        max_prompt = min(max_prompt, ctx.sessions.max_prompt_tokens)
+    trimmed = trim_history(
+        system + stored.messages + new_messages,
+        max_prompt,
+        lambda msgs: count_messages(ctx.tokenizer, msgs).upper,
+    )
+    headers = {
+        "x-kvwise-history-messages": str(len(trimmed.messages)),
+        "x-kvwise-history-dropped-messages": str(trimmed.num_dropped_messages),
+        "x-kvwise-history-dropped-tokens": str(trimmed.num_dropped_tokens),
+    }
+    turn = TurnToStore(session_id, sent_system or None, new_messages)
+    return turn, trimmed.messages, headers

@@ -1,0 +1,103 @@
+"""The replicas behind the gateway: KV budget, reservations, health and live engine metrics.
+
+A replica's room for one more request, in KV tokens (what `admission` checks):
+
+    effective budget = min(planned budget, engine pool) - tokens used by others
+    tokens used by others = max(0, engine's used KV tokens - our reservations on it)
+
+Our reservations (prompt + max_tokens per request) are upper bounds of what our requests hold,
+so "used by others" never over-tightens: it only counts KV that someone else (a client talking to
+the engine directly, another gateway) holds. A replica whose engine reports waiting requests is
+full, whatever the arithmetic says: the engine itself is queueing. A replica with nothing of ours
+in flight always takes one request, so a request larger than the budget runs alone, not never.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Prometheus text lines: name{labels} value   (vLLM's names, see vllm/v1/metrics/loggers.py)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """What the engine's /metrics says, summed over its engines (data-parallel ranks)."""
+
+    kv_cache_usage_perc: float  # 0..1, fraction of KV blocks in use
+    num_requests_running: int
+    num_requests_waiting: int
+    pool_tokens: int | None  # num_gpu_blocks x block_size, from vllm:cache_config_info
+
+
+def parse_engine_metrics(text: str) -> EngineLoad:
+    usage: list[float] = []
+    running = waiting = 0
+    pool_tokens: int | None = None
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", match.group(3)
+        if name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+            usage.append(float(value))
+        elif name == "vllm:num_requests_running":
+            running += int(float(value))
+        elif name == "vllm:num_requests_waiting":
+            waiting += int(float(value))
+        elif name == "vllm:cache_config_info":
+            info = dict(_LABEL.findall(labels))
+            if (
+                info.get("num_gpu_blocks", "None").isdigit()
+                and info.get("block_size", "").isdigit()
+            ):
+                pool_tokens = int(info["num_gpu_blocks"]) * int(info["block_size"])
+    mean_usage = sum(usage) / len(usage) if usage else 0.0
+    return EngineLoad(mean_usage, running, waiting, pool_tokens)
+
+
+class Replica:
+    """One upstream server and what the gateway holds on it (mutated only on the event loop)."""
+
+    def __init__(self, name: str, url: str, budget_tokens: int) -> None:
+        self.name = name
+        self.url = url.rstrip("/")
+        self.budget_tokens = budget_tokens
+        self.reserved_tokens = 0
+        self.num_in_flight = 0
+        self.peak_reserved_tokens = 0
+        self.peak_in_flight = 0
+        self.is_healthy = True
+        self.load: EngineLoad | None = None
+
+    def effective_budget_tokens(self) -> int:
+        budget = self.budget_tokens
+        if self.load is None:
+            return budget
+        if self.load.pool_tokens is not None:
+            budget = min(budget, self.load.pool_tokens)
+            used_tokens = int(self.load.kv_cache_usage_perc * self.load.pool_tokens)
+            budget -= max(0, used_tokens - self.reserved_tokens)
+        return budget
+
+    def has_room(self, cost_tokens: int) -> bool:
+        if not self.is_healthy:
+            return False
+        if self.num_in_flight == 0:
+            return True
+        if self.load is not None and self.load.num_requests_waiting > 0:
+            return False
+        return self.reserved_tokens + cost_tokens <= self.effective_budget_tokens()
+
+    def reserve(self, cost_tokens: int) -> None:
+        self.reserved_tokens += cost_tokens
+        self.num_in_flight += 1
+        self.peak_reserved_tokens = max(self.peak_reserved_tokens, self.reserved_tokens)
+        self.peak_in_flight = max(self.peak_in_flight, self.num_in_flight)
+
+    def release(self, cost_tokens: int) -> None:
+        self.reserved_tokens -= cost_tokens
+        self.num_in_flight -= 1
+        assert self.reserved_tokens >= 0 and self.num_in_flight >= 0

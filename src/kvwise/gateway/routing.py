@@ -1,0 +1,67 @@
+"""Which replica serves a request: affinity by consistent hashing, bounded by load.
+
+Session affinity (the session id) and prefix affinity (the system prompt, when there is no
+session) both hash onto a ring of virtual nodes, so a key keeps its replica while replicas come
+and go (only the keys of a vanished replica move), and vLLM's prefix cache on that replica keeps
+hitting. Consistent hashing with bounded loads (Mirrokni, Thorup & Zadimoghaddam, 2018): walking
+the ring from the key, take the first replica with room whose KV reservations after this request
+stay within `(1 + epsilon)` times the mean, so a hot key cannot turn one replica into a hot spot.
+If every replica with room is over that bound, the least loaded one with room serves.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Sequence
+
+from kvwise.gateway.replicas import Replica
+
+VIRTUAL_NODES_PER_REPLICA = 64
+LOAD_BOUND_EPSILON = 0.25
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+class Router:
+    def __init__(self, replicas: Sequence[Replica]) -> None:
+        self.replicas = list(replicas)
+        ring = [
+            (_hash(f"{r.name}#{i}"), r)
+            for r in self.replicas
+            for i in range(VIRTUAL_NODES_PER_REPLICA)
+        ]
+        ring.sort(key=lambda point: point[0])
+        self._points = [point for point, _ in ring]
+        self._owners = [replica for _, replica in ring]
+
+    def ring_order(self, key: str) -> list[Replica]:
+        """Replicas in the order the ring visits them from `key`, each once."""
+        start = bisect.bisect(self._points, _hash(key))
+        order: list[Replica] = []
+        for i in range(len(self._owners)):
+            replica = self._owners[(start + i) % len(self._owners)]
+            if replica not in order:
+                order.append(replica)
+                if len(order) == len(self.replicas):
+                    break
+        return order
+
+    def pick(self, key: str, cost_tokens: int, exclude: Sequence[Replica] = ()) -> Replica | None:
+        """The replica to reserve `cost_tokens` on, or None when none has room now."""
+        candidates = [
+            r for r in self.ring_order(key) if r not in exclude and r.has_room(cost_tokens)
+        ]
+        if not candidates:
+            return None
+        healthy = [r for r in self.replicas if r.is_healthy]
+        # mean reservation once this request lands somewhere; one request of slack plays the
+        # part of the ceiling in the paper's integer bound, so two replicas do not ping-pong
+        mean_tokens = (sum(r.reserved_tokens for r in healthy) + cost_tokens) / max(1, len(healthy))
+        bound_tokens = (1 + LOAD_BOUND_EPSILON) * mean_tokens + cost_tokens
+        for replica in candidates:
+            if replica.reserved_tokens + cost_tokens <= bound_tokens:
+                return replica
+        return min(candidates, key=lambda r: r.reserved_tokens / max(1, r.budget_tokens))

@@ -1,0 +1,72 @@
+"""API keys (constant-time check), per-key rate limits, and the client identity they key on."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvwise.errors import UsageError
+
+MAX_TRACKED_CLIENTS = 100_000
+
+
+def read_keys_file(path: Path) -> tuple[str, ...]:
+    """One key per line; blank lines and `#` comments ignored."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read --api-keys-file {path}: {exc.strerror}") from exc
+    return tuple(
+        line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
+class ApiKeys:
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._keys = [k.encode() for k in keys]
+
+    @property
+    def is_required(self) -> bool:
+        return bool(self._keys)
+
+    def check(self, authorization: str | None) -> str | None:
+        """The matching key for `Bearer <key>`, or None. Every key is compared, in constant
+        time each, so the time taken says nothing about which key nearly matched."""
+        if not authorization or not authorization.startswith("Bearer "):
+            return None
+        offered = authorization[len("Bearer ") :].strip().encode()
+        match: bytes | None = None
+        for key in self._keys:
+            if hmac.compare_digest(offered, key):
+                match = key
+        return match.decode() if match is not None else None
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated_s: float
+
+
+class RateLimiter:
+    """Token bucket per client: `rate_rps` sustained, bursts up to `burst` requests."""
+
+    def __init__(self, rate_rps: float, burst: int) -> None:
+        self.rate_rps = rate_rps
+        self.burst = burst
+        self._buckets: dict[str, _Bucket] = {}
+
+    def try_take(self, client: str, now_s: float | None = None) -> float:
+        """0 when the request may pass, else the seconds until one token is back."""
+        now_s = time.monotonic() if now_s is None else now_s
+        if len(self._buckets) > MAX_TRACKED_CLIENTS:
+            self._buckets.clear()  # forget everyone rather than grow without bound
+        bucket = self._buckets.setdefault(client, _Bucket(float(self.burst), now_s))
+        bucket.tokens = min(self.burst, bucket.tokens + (now_s - bucket.updated_s) * self.rate_rps)
+        bucket.updated_s = now_s
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return 0.0
+        return (1 - bucket.tokens) / self.rate_rps

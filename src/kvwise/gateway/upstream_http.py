@@ -1,0 +1,206 @@
+"""A small HTTP/1.1 client for the hot path: POST to an engine, relay its (streamed) answer.
+
+Why not httpx here: its connection pool scans every pooled connection on each request, which
+at 64 concurrent streams took half the gateway's CPU (py-spy), and its per-chunk machinery
+sits between every SSE event and the client. This client does only what the relay needs:
+keep-alive connections per upstream, `Content-Length` and chunked bodies, timeouts, and one
+clean exception type (`UpstreamConnectionError`) for everything that means "this replica failed".
+httpx stays for the rare calls (health checks, /metrics, /v1/models).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+T = TypeVar("T")
+
+MAX_IDLE_PER_UPSTREAM = 256
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class UpstreamConnectionError(Exception):
+    """Connecting, writing or reading failed, or the answer was not HTTP."""
+
+
+class _StaleConnection(UpstreamConnectionError):
+    """A kept-alive connection was closed by the server before it answered anything."""
+
+
+@dataclass
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    read_timeout_s: float
+    is_reused: bool = False
+
+    async def timed(self, read: Awaitable[T]) -> T:
+        """`read`, or the connection aborted after `read_timeout_s` (the read then fails).
+        A timer per read, not `asyncio.wait_for`, which costs a task per call on Python < 3.12
+        and is paid on every relayed SSE event."""
+        timer = asyncio.get_running_loop().call_later(self.read_timeout_s, self._time_out)
+        try:
+            return await read
+        finally:
+            timer.cancel()
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        self.writer.transport.abort()
+
+    timed_out: bool = False
+
+
+@dataclass
+class UpstreamResponse:
+    status: int
+    headers: dict[str, str]
+    _connection: _Connection
+    _client: UpstreamClient
+    _key: tuple[str, int]
+    _is_consumed: bool = False
+    _is_closed: bool = field(default=False)
+
+    async def iter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (chunked transfer decoded), then the connection goes back."""
+        try:
+            if self.headers.get("transfer-encoding", "").lower() == "chunked":
+                async for piece in self._iter_chunked():
+                    yield piece
+            else:
+                async for piece in self._iter_sized():
+                    yield piece
+            self._is_consumed = True
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            what = "timed out" if self._connection.timed_out else type(exc).__name__
+            raise UpstreamConnectionError(f"{what} while reading the body") from None
+
+    async def _iter_sized(self) -> AsyncIterator[bytes]:
+        remaining = int(self.headers.get("content-length", "0"))
+        connection = self._connection
+        while remaining > 0:
+            piece = await connection.timed(connection.reader.read(min(remaining, 65536)))
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", remaining)
+            remaining -= len(piece)
+            yield piece
+
+    async def _iter_chunked(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        reader = connection.reader
+        while True:
+            size_line = await connection.timed(reader.readuntil(b"\r\n"))
+            size = int(size_line.split(b";", 1)[0], 16)
+            if size == 0:
+                await connection.timed(reader.readuntil(b"\r\n"))  # no trailers
+                return
+            piece = await connection.timed(reader.readexactly(size + 2))
+            yield piece[:-2]
+
+    async def read(self) -> bytes:
+        return b"".join([piece async for piece in self.iter_raw()])
+
+    def close(self) -> None:
+        """Back to the pool when the body was read to its end, else the connection is dropped."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        keep = self._is_consumed and self.headers.get("connection", "").lower() != "close"
+        self._client.put_back(self._key, self._connection, keep)
+
+
+class UpstreamClient:
+    def __init__(self, connect_timeout_s: float, read_timeout_s: float) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._idle: defaultdict[tuple[str, int], list[_Connection]] = defaultdict(list)
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
+        """Send the request and read the response head; the body is read by the caller."""
+        parts = urlsplit(url)
+        key = (parts.hostname or "127.0.0.1", parts.port or 80)
+        head = [
+            f"POST {parts.path or '/'} HTTP/1.1",
+            f"host: {parts.netloc}",
+            f"content-length: {len(body)}",
+        ]
+        head += [f"{name}: {value}" for name, value in headers.items()]
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        connection = await self._connection(key)
+        try:
+            return await self._exchange(key, connection, request)
+        except _StaleConnection:
+            if not connection.is_reused:
+                raise
+        # The server had closed the idle connection: it processed nothing, so send again.
+        return await self._exchange(key, await self._connect(key), request)
+
+    async def _exchange(
+        self, key: tuple[str, int], connection: _Connection, request: bytes
+    ) -> UpstreamResponse:
+        try:
+            connection.writer.write(request)
+            await connection.writer.drain()
+            head = await connection.timed(connection.reader.readuntil(b"\r\n\r\n"))
+            status, headers = _parse_head(head)
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            connection.writer.close()
+            raise _StaleConnection(type(exc).__name__) from None
+        except asyncio.IncompleteReadError as exc:
+            connection.writer.close()
+            if connection.timed_out:
+                raise UpstreamConnectionError("timed out waiting for the response") from None
+            error = _StaleConnection if not exc.partial else UpstreamConnectionError
+            raise error("connection closed before the response") from None
+        except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
+            connection.writer.close()
+            raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
+        return UpstreamResponse(status, headers, connection, self, key)
+
+    async def _connection(self, key: tuple[str, int]) -> _Connection:
+        idle = self._idle[key]
+        while idle:
+            connection = idle.pop()
+            if not connection.reader.at_eof():
+                connection.is_reused = True
+                return connection
+            connection.writer.close()
+        return await self._connect(key)
+
+    async def _connect(self, key: tuple[str, int]) -> _Connection:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(*key, limit=MAX_HEAD_BYTES), self.connect_timeout_s
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise UpstreamConnectionError(f"cannot connect: {type(exc).__name__}") from None
+        return _Connection(reader, writer, self.read_timeout_s)
+
+    def put_back(self, key: tuple[str, int], connection: _Connection, keep: bool) -> None:
+        if keep and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
+            self._idle[key].append(connection)
+        else:
+            connection.writer.close()
+
+    def close(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.writer.close()
+        self._idle.clear()
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    version, status, _ = (status_line + " ").split(" ", 2)
+    if not version.startswith("HTTP/1."):
+        raise ValueError(f"not an HTTP/1.x response: {status_line[:40]!r}")
+    headers = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(status), headers

@@ -1,0 +1,159 @@
+"""Real servers for the end-to-end tests: the vLLM CPU engine and redis-server.
+
+`tests/conftest.py` turns these into session fixtures, so one engine serves the whole test run
+(it takes 45-60 s to start). Other code (benchmarks, the bench helper's tests) can use
+`EngineProcess` directly. Everything binds 127.0.0.1 on a free port, logs to a file, and is
+stopped by its PID.
+
+The engine's python: $KVWISE_VLLM_PYTHON, else `.venv-vllm/bin/python` in the repository root
+(`scripts/test.sh` creates it). The model: $KVWISE_TINY_MODEL, else `build/tiny-qwen2`
+(built by `scripts/make_tiny_qwen2.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVED_MODEL_NAME = "tiny"
+MAX_MODEL_LEN = 2048
+KV_CACHE_MEMORY_BYTES = 256 * 2**20  # 131,072 tokens of the tiny model (2,048 B/token)
+ENGINE_START_TIMEOUT_S = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def engine_python() -> Path:
+    return Path(os.environ.get("KVWISE_VLLM_PYTHON", REPO_ROOT / ".venv-vllm" / "bin" / "python"))
+
+
+def tiny_model_dir() -> Path:
+    return Path(os.environ.get("KVWISE_TINY_MODEL", REPO_ROOT / "build" / "tiny-qwen2"))
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(
+                f"server exited with {proc.returncode} before ready; log tail:\n{tail}"
+            )
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"server not ready at {url} after {timeout_s:.0f} s; log: {log_path}")
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s)
+
+
+@dataclass
+class EngineProcess:
+    """One `vllm.entrypoints.openai.api_server` serving the tiny model on CPU."""
+
+    log_path: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(tiny_model_dir()), "--served-model-name", SERVED_MODEL_NAME,
+            "--dtype", "float32", "--enforce-eager",
+            "--max-model-len", str(MAX_MODEL_LEN),
+            "--kv-cache-memory-bytes", str(KV_CACHE_MEMORY_BYTES),
+            "--host", "127.0.0.1", "--port", str(self.port),
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = ENGINE_START_TIMEOUT_S) -> EngineProcess:
+        if not engine_python().exists():
+            raise RuntimeError(f"no vLLM engine python at {engine_python()}: run scripts/test.sh")
+        if not (tiny_model_dir() / "config.json").exists():
+            raise RuntimeError(f"no tiny model at {tiny_model_dir()}: run scripts/test.sh")
+        self.port = self.port or free_port()
+        log = self.log_path.open("wb")
+        env = dict(os.environ, VLLM_LOGGING_LEVEL="INFO", HF_HUB_OFFLINE="1")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        _wait_ready(f"{self.url}/v1/models", self.proc, self.log_path, timeout_s)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine children (its own process group): a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=15)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+            with contextlib.suppress(ProcessLookupError):  # its engine children, to be sure
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class RedisProcess:
+    log_path: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisProcess:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed: run scripts/test.sh")
+        self.port = self.port or free_port()
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.log_path.parent)]  # fmt: skip
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"redis-server not ready on port {self.port}; log: {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)

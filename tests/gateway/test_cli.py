@@ -1,0 +1,109 @@
+"""`kvwise serve` as a user runs it: a subprocess, limits printed, requests served, clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvwise.cli import main
+from kvwise.gateway.demo import DEMO_MODEL_NAME, demo_command, ensure_model
+from kvwise.gateway.fake_upstream import Behaviour
+from tests.engine_fixture import free_port
+from tests.gateway.servers import fake_upstreams
+
+
+@contextmanager
+def kvwise_serve(args: list[str], tmp_path: Path) -> Iterator[tuple[str, dict[str, object]]]:
+    port = free_port()
+    command = [sys.executable, "-m", "kvwise.cli", "serve", "--port", str(port), "--json",
+               "--session-store", str(tmp_path / "s.sqlite3"), *args]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "}":
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else "no output"
+            lines.append(line.rstrip("\n"))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/health")
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield url, json.loads("\n".join(lines))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_attached_to_an_upstream_it_learns_the_limits_from_the_engine(tmp_path: Path) -> None:
+    with fake_upstreams(Behaviour(max_model_len=3000, pool_tokens=48_000)) as ups:
+        upstream = ups[0][0]
+        with kvwise_serve(["--upstream", upstream], tmp_path) as (url, limits):
+            assert limits["max_model_len"] == 3000
+            assert limits["replicas"] == [
+                {"name": "r0", "url": upstream, "kv_budget_tokens": 48_000}
+            ]
+            assert "/metrics" in str(limits["kv_budget_source"])
+            body = {
+                "model": "fake",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 3,
+            }
+            assert httpx.post(f"{url}/v1/chat/completions", json=body).status_code == 200
+
+
+def test_launched_replicas_serve_and_stop_with_the_gateway(tmp_path: Path) -> None:
+    engine = f"{sys.executable} -m kvwise.gateway.fake_upstream --model {{model}}"
+    args = ["tiny", "--launch", "--replicas", "2", "--engine-command", engine,
+            "--log-dir", str(tmp_path / "logs"),
+            "--kv-budget-tokens", "5000", "--max-model-len", "1024"]  # fmt: skip
+    with kvwise_serve(args, tmp_path) as (url, limits):
+        replicas = limits["replicas"]
+        assert isinstance(replicas, list) and len(replicas) == 2
+        health = httpx.get(f"{url}/health").json()
+        assert [r["healthy"] for r in health["replicas"].values()] == [True, True]
+        replica_urls = [r["url"] for r in replicas]
+    for replica_url in replica_urls:  # the gateway took its replicas down with it
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{replica_url}/health")
+
+
+def test_user_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve"]) == 2
+    assert "give --upstream URL" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "http://127.0.0.1:1", "--max-queue", "0"]) == 2
+    assert "--max-queue must be positive" in capsys.readouterr().err
+
+
+def test_demo_uses_the_cached_conversion_and_the_cpu_engine_flags(tmp_path: Path) -> None:
+    cached = tmp_path / DEMO_MODEL_NAME
+    cached.mkdir()
+    (cached / "model.safetensors").write_bytes(b"")
+    assert ensure_model(Path("/nonexistent/python"), cached) == cached  # no conversion, no install
+    command = demo_command(Path("/venv/bin/python"), cached)
+    assert command.startswith("/venv/bin/python -m vllm.entrypoints.openai.api_server")
+    for flag in (
+        "--dtype float32",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes 536870912",
+        "--max-model-len 2048",
+    ):
+        assert flag in command
+    assert os.path.isdir(cached)

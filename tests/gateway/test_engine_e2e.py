@@ -1,0 +1,287 @@
+"""End to end through the REAL vLLM CPU engine (tiny Qwen2), with the real `openai` client.
+
+One engine serves the whole session (tests/conftest.py). Replies are random text from a random
+model, so the tests check what a user of the gateway would notice: statuses, token counts
+(`ignore_eos` makes vLLM produce exactly `max_tokens`), headers, what reached the engine, and
+the engine's own /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from kvwise.gateway.prepare import sequence_cost
+from kvwise.gateway.tokens import count_chat, load_tokenizer
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
+from tests.gateway.servers import make_config, running_gateway
+
+pytestmark = pytest.mark.engine
+
+QUESTION = [{"role": "user", "content": "Write one line of Python."}]
+
+
+def client(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def cost_of(messages: list[dict[str, str]], max_tokens: int) -> int:
+    """What the gateway reserves for one such request (its counting is tested separately)."""
+    tokenizer = load_tokenizer(str(tiny_model_dir()))
+    return sequence_cost(count_chat(tokenizer, messages), max_tokens, 2048)
+
+
+def engine_gauge(engine: EngineProcess, name: str) -> float:
+    for line in httpx.get(f"{engine.url}/metrics").text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the engine's /metrics")
+
+
+class RunningSampler:
+    """Samples the engine's vllm:num_requests_running while a test drives load."""
+
+    def __init__(self, engine: EngineProcess) -> None:
+        self.engine = engine
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, engine_gauge(self.engine, "vllm:num_requests_running"))
+            time.sleep(0.05)
+
+    def __enter__(self) -> RunningSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def streamed_text(api: openai.AsyncOpenAI) -> tuple[list[str | None], int]:
+    """The content deltas of a greedy 6-token stream, and the usage's completion tokens."""
+    stream = await api.chat.completions.create(
+        model=SERVED_MODEL_NAME,
+        messages=QUESTION,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1].usage is not None
+    return [c.choices[0].delta.content for c in chunks if c.choices], chunks[
+        -1
+    ].usage.completion_tokens
+
+
+def test_chat_non_streaming_and_streaming(vllm_engine: EngineProcess) -> None:
+    config = make_config([vllm_engine.url], tokenizer_path=str(tiny_model_dir()))
+
+    async def scenario(url: str) -> None:
+        async with client(url) as api, client(vllm_engine.url) as direct:
+            reply = await api.chat.completions.create(
+                model=SERVED_MODEL_NAME,
+                messages=QUESTION,
+                max_tokens=8,
+                extra_body={"ignore_eos": True},
+            )
+            assert reply.usage is not None and reply.usage.completion_tokens == 8
+            assert reply.choices[0].finish_reason == "length"
+            # the stream through the gateway is the engine's stream, event for event
+            through_gateway, num_tokens = await streamed_text(api)
+            assert (through_gateway, num_tokens) == await streamed_text(direct)
+            assert num_tokens == 6 and through_gateway[0] == ""  # the role event comes first
+            models = await api.models.list()
+            assert [m.id for m in models.data] == [SERVED_MODEL_NAME]
+
+    with running_gateway(config) as gw:
+        asyncio.run(scenario(gw.url))
+
+
+def test_prompt_count_bounds_what_the_engine_counts(vllm_engine: EngineProcess) -> None:
+    """The gateway's upper bound is never below the engine's real prompt_tokens."""
+    messages = [
+        {"role": "system", "content": "You are a careful assistant. Answer in one line."},
+        {
+            "role": "user",
+            "content": "Sort [3, 1, 2] in Python, then explain why sorted() is stable.",
+        },
+    ]
+    reply = httpx.post(
+        f"{vllm_engine.url}/v1/chat/completions",
+        json={"model": SERVED_MODEL_NAME, "messages": messages, "max_tokens": 1},
+    ).json()
+    counted = count_chat(load_tokenizer(str(tiny_model_dir())), messages)
+    assert counted.lower <= reply["usage"]["prompt_tokens"] <= counted.upper
+
+
+def test_32_sessions_against_a_budget_of_4_all_complete_within_budget(
+    vllm_engine: EngineProcess,
+) -> None:
+    cost = cost_of(QUESTION, 16)
+    config = make_config(
+        [vllm_engine.url], budget_tokens=4 * cost + cost // 2, tokenizer_path=str(tiny_model_dir())
+    )
+
+    async def session(api: openai.AsyncOpenAI, index: int) -> int:
+        reply = await api.chat.completions.create(
+            model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=16, user=f"agent-{index}",
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        assert reply.usage is not None
+        return reply.usage.completion_tokens
+
+    async def scenario(url: str) -> list[int]:
+        async with client(url) as api:
+            return await asyncio.gather(*(session(api, i) for i in range(32)))
+
+    with running_gateway(config) as gw, RunningSampler(vllm_engine) as sampler:
+        completion_tokens = asyncio.run(scenario(gw.url))
+        replica = gw.gateway.replicas[0]
+        assert completion_tokens == [16] * 32
+        assert replica.peak_in_flight == 4
+        assert replica.peak_reserved_tokens == 4 * cost
+        assert gw.gateway.admission.num_queued >= 28 - 4  # nearly all of them had to wait
+    assert 1 <= sampler.peak <= 4  # the engine itself never ran more than the budget
+
+
+def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) -> None:
+    """12 requests of one session first, then 12 sessions of 1: FIFO would admit the light ones
+    13th to 24th; fair queueing admits each of them before the heavy session's 7th request."""
+    cost = cost_of(QUESTION, 128)
+    config = make_config(
+        [vllm_engine.url], budget_tokens=4 * cost, tokenizer_path=str(tiny_model_dir())
+    )
+
+    async def ask(api: openai.AsyncOpenAI, session_id: str) -> None:
+        await api.chat.completions.create(
+            model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=128, user=session_id,
+            extra_body={"ignore_eos": True},
+        )  # fmt: skip
+
+    async def scenario(url: str, queue_len: object) -> None:
+        async with client(url) as api:
+            heavy = [asyncio.create_task(ask(api, "heavy")) for _ in range(12)]
+            while queue_len() < 8:  # type: ignore[operator]
+                await asyncio.sleep(0.005)
+            light = [asyncio.create_task(ask(api, f"light-{i}")) for i in range(12)]
+            await asyncio.gather(*heavy, *light)
+
+    with running_gateway(config) as gw:
+        asyncio.run(scenario(gw.url, lambda: len(gw.gateway.admission.queue)))
+        order = list(gw.gateway.admission.admitted_flows)
+    assert len(order) == 24
+    heavy_positions = [i for i, flow in enumerate(order) if flow == "session:heavy"]
+    last_light = max(i for i, flow in enumerate(order) if flow != "session:heavy")
+    assert last_light < heavy_positions[6]
+
+
+def test_overload_past_the_queue_gets_429_with_retry_after_and_no_5xx(
+    vllm_engine: EngineProcess,
+) -> None:
+    cost = cost_of(QUESTION, 64)
+    config = make_config(
+        [vllm_engine.url], budget_tokens=cost, max_queue=2, tokenizer_path=str(tiny_model_dir())
+    )
+
+    async def ask(url: str) -> httpx.Response:
+        async with httpx.AsyncClient(timeout=120) as http:
+            body = {
+                "model": SERVED_MODEL_NAME,
+                "messages": QUESTION,
+                "max_tokens": 64,
+                "ignore_eos": True,
+            }
+            return await http.post(f"{url}/v1/chat/completions", json=body)
+
+    async def scenario(url: str) -> list[httpx.Response]:
+        return await asyncio.gather(*(ask(url) for _ in range(10)))
+
+    with running_gateway(config) as gw:
+        responses = asyncio.run(scenario(gw.url))
+        statuses = sorted(r.status_code for r in responses)
+        assert statuses == [200] * 3 + [429] * 7  # 1 running + 2 queued; the rest refused at once
+        refused = [r for r in responses if r.status_code == 429]
+        assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
+        assert refused[0].json()["error"]["type"] == "rate_limit_exceeded"
+
+        async def through_openai() -> None:
+            async with client(gw.url) as api:
+                asks = [
+                    api.chat.completions.create(
+                        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=64
+                    )
+                    for _ in range(6)
+                ]
+                outcomes = await asyncio.gather(*asks, return_exceptions=True)
+            assert sum(isinstance(o, openai.RateLimitError) for o in outcomes) == 3
+            assert not [o for o in outcomes if isinstance(o, openai.InternalServerError)]
+
+        asyncio.run(through_openai())
+
+
+def test_over_long_prompt_is_refused_with_400_before_the_engine(vllm_engine: EngineProcess) -> None:
+    config = make_config([vllm_engine.url], tokenizer_path=str(tiny_model_dir()))
+    long_text = " ".join(f"word{i}" for i in range(3000))  # > 2048 tokens in any BPE
+
+    async def scenario(url: str) -> None:
+        async with client(url) as api:
+            with pytest.raises(openai.BadRequestError) as refused:
+                await api.chat.completions.create(
+                    model=SERVED_MODEL_NAME,
+                    messages=[{"role": "user", "content": long_text}],
+                    max_tokens=4,
+                )
+        assert "max_model_len is 2048" in str(refused.value)
+
+    with running_gateway(config) as gw:
+        asyncio.run(scenario(gw.url))
+        assert gw.gateway.admission.num_admitted == 0  # never reached the engine
+
+
+def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EngineProcess) -> None:
+    cost = cost_of(QUESTION, 1500)
+    config = make_config(
+        [vllm_engine.url], budget_tokens=cost, tokenizer_path=str(tiny_model_dir())
+    )
+    body = {
+        "model": SERVED_MODEL_NAME,
+        "messages": QUESTION,
+        "max_tokens": 1500,
+        "ignore_eos": True,
+    }
+
+    with running_gateway(config) as gw:
+        replica = gw.gateway.replicas[0]
+        with httpx.stream(
+            "POST", f"{gw.url}/v1/chat/completions", json={**body, "stream": True}
+        ) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if '"content"' in line)
+            assert replica.reserved_tokens == cost
+        # the client is gone after 1 token of 1500
+        deadline = time.monotonic() + 10
+        while (
+            replica.reserved_tokens or engine_gauge(vllm_engine, "vllm:num_requests_running")
+        ) and (time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert replica.reserved_tokens == 0
+        assert engine_gauge(vllm_engine, "vllm:num_requests_running") == 0  # vLLM aborted it
+        # a non-streaming request whose client times out frees the budget too
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
+        deadline = time.monotonic() + 10
+        while replica.reserved_tokens and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert replica.reserved_tokens == 0
+        assert gw.gateway.metrics.disconnects.get() == 2

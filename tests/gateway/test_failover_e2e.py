@@ -1,0 +1,84 @@
+"""A replica killed mid-run, with two real engine processes: requests that had not streamed a
+token complete on the other replica; streams that had end with a clean error event."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
+from tests.gateway.servers import make_config, running_gateway
+
+pytestmark = pytest.mark.engine
+
+QUESTION = [{"role": "user", "content": "Count to a thousand."}]
+
+
+async def whole(api: openai.AsyncOpenAI, session: str) -> int:
+    reply = await api.chat.completions.create(
+        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=200, user=session,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert reply.usage is not None
+    return reply.usage.completion_tokens
+
+
+async def streamed(api: openai.AsyncOpenAI, session: str, first_token: asyncio.Event) -> str:
+    stream = await api.chat.completions.create(
+        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=200, user=session, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    num_events = 0
+    try:
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                num_events += 1
+                first_token.set()
+            if chunk.usage is not None:
+                return f"complete: {chunk.usage.completion_tokens}"
+    except openai.APIError as exc:
+        return f"error after {num_events} events: {exc.message}"
+    return "ended without usage"
+
+
+def test_killed_replica_costs_no_request_that_had_not_streamed(
+    vllm_engine: EngineProcess, tmp_path: Path
+) -> None:
+    doomed = EngineProcess(log_path=tmp_path / "doomed.log").start()
+    try:
+        config = make_config([doomed.url, vllm_engine.url], tokenizer_path=str(tiny_model_dir()))
+        with running_gateway(config) as gw:
+            doomed_replica = gw.gateway.replicas[0]
+
+            async def scenario() -> tuple[list[int], list[str]]:
+                api = openai.AsyncOpenAI(
+                    base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=300
+                )
+                started = [asyncio.Event() for _ in range(4)]
+                streams = [
+                    asyncio.create_task(streamed(api, f"s{i}", started[i])) for i in range(4)
+                ]
+                wholes = [asyncio.create_task(whole(api, f"w{i}")) for i in range(6)]
+                await asyncio.gather(*(e.wait() for e in started))
+                assert doomed_replica.num_in_flight >= 3  # some of each kind are on it
+                doomed.kill()
+                outcome = await asyncio.gather(*wholes), await asyncio.gather(*streams)
+                await api.close()
+                return outcome
+
+            t0 = time.monotonic()
+            completion_tokens, stream_outcomes = asyncio.run(scenario())
+            assert completion_tokens == [200] * 6  # every non-streamed request completed
+            broken = [o for o in stream_outcomes if o.startswith("error")]
+            assert broken, stream_outcomes  # the doomed replica had streams going
+            assert all("failed mid-stream" in o for o in broken)
+            assert all(o == "complete: 200" for o in stream_outcomes if not o.startswith("error"))
+            assert gw.gateway.metrics.failovers.get() >= 1
+            assert not doomed_replica.is_healthy
+            assert time.monotonic() - t0 < 240
+    finally:
+        doomed.stop()

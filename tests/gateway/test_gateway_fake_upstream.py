@@ -1,0 +1,130 @@
+"""The gateway against fake upstreams (not an engine): failure injection at exact points, auth,
+caps and rate limits. The real engine's behaviour is covered by the *_e2e tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+import pytest
+
+from kvwise.gateway.config import SecurityConfig
+from kvwise.gateway.fake_upstream import Behaviour
+from tests.gateway.servers import fake_upstreams, make_config, running_gateway, wait_until
+
+CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+
+def test_a_replica_that_fails_before_the_first_token_is_replaced_silently() -> None:
+    with fake_upstreams(
+        Behaviour(drop_after_tokens=0), Behaviour(drop_after_tokens=0), Behaviour()
+    ) as ups:
+        config = make_config([url for url, _ in ups])
+        with running_gateway(config) as gw:
+            for stream in (False, True):
+                for i in range(6):  # different sessions: some land on the failing replicas first
+                    body = {**CHAT, "stream": stream, "user": f"s{i}"}
+                    response = httpx.post(f"{gw.url}/v1/chat/completions", json=body)
+                    assert response.status_code == 200
+                    assert response.headers["x-kvwise-replica"] == "r2"
+                    assert "t4" in response.text and "error" not in response.text
+            assert gw.gateway.metrics.failovers.get() >= 1
+            assert wait_until(lambda: [r.reserved_tokens for r in gw.gateway.replicas] == [0, 0, 0])
+
+
+def test_a_replica_that_fails_mid_stream_ends_it_with_a_clean_error() -> None:
+    with (
+        fake_upstreams(Behaviour(drop_after_tokens=2)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+
+        async def scenario() -> list[str]:
+            async with openai.AsyncOpenAI(
+                base_url=f"{gw.url}/v1", api_key="x", max_retries=0
+            ) as api:
+                stream = await api.chat.completions.create(**CHAT, stream=True)  # type: ignore[call-overload]
+                received = []
+                with pytest.raises(openai.APIError, match="failed mid-stream"):
+                    async for chunk in stream:
+                        received.append(chunk.choices[0].delta.content)
+                return received
+
+        assert asyncio.run(scenario()) == ["", "t0 ", "t1 "]
+        assert gw.gateway.metrics.broken_streams.get() == 1
+        assert wait_until(lambda: gw.gateway.replicas[0].reserved_tokens == 0)
+
+
+def test_an_upstream_500_is_retried_elsewhere_and_relayed_when_nowhere_is_left() -> None:
+    with (
+        fake_upstreams(Behaviour(status=500), Behaviour()) as ups,
+        running_gateway(make_config([url for url, _ in ups])) as gw,
+    ):
+        for i in range(4):
+            response = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "user": f"s{i}"})
+            assert (response.status_code, response.headers["x-kvwise-replica"]) == (200, "r1")
+        ups[1][1].behaviour.status = 500
+        response = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT)
+        assert response.status_code == 502
+        assert response.json()["error"]["type"] == "upstream_error"
+
+
+def test_api_keys_body_cap_and_rate_limit() -> None:
+    security = SecurityConfig(
+        api_keys=("sk-good",), max_body_bytes=2000, rate_limit_rps=0.01, rate_limit_burst=2
+    )
+    with (
+        fake_upstreams(Behaviour()) as ups,
+        running_gateway(make_config([ups[0][0]], security=security)) as gw,
+    ):
+        url = f"{gw.url}/v1/chat/completions"
+        good = {"authorization": "Bearer sk-good"}
+        assert httpx.post(url, json=CHAT).status_code == 401
+        assert (
+            httpx.post(url, json=CHAT, headers={"authorization": "Bearer sk-bad"}).status_code
+            == 401
+        )
+        assert httpx.get(f"{gw.url}/v1/models").status_code == 401
+        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 3000}]}
+        assert httpx.post(url, json=big, headers=good).status_code == 413
+        assert httpx.post(url, json=CHAT, headers=good).status_code == 200  # 2nd of a burst of 2
+        limited = httpx.post(url, json=CHAT, headers=good)
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
+        assert httpx.get(f"{gw.url}/health").status_code == 200  # open, like vLLM's
+
+
+def test_unknown_fields_reach_the_engine_and_bad_ones_get_a_400_naming_the_field() -> None:
+    with fake_upstreams(Behaviour()) as ups, running_gateway(make_config([ups[0][0]])) as gw:
+        url = f"{gw.url}/v1/chat/completions"
+        response = httpx.post(
+            url, json={**CHAT, "ignore_eos": True, "response_format": {"type": "text"}}
+        )
+        assert response.status_code == 200
+        refused = httpx.post(url, json={**CHAT, "max_tokens": -3})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "max_tokens"
+        assert httpx.post(url, content=b"{not json").status_code == 400
+        completions = httpx.post(
+            f"{gw.url}/v1/completions", json={"model": "fake", "prompt": [1, 2, 3]}
+        )
+        assert completions.status_code == 200 and completions.json()["choices"][0][
+            "text"
+        ].startswith("t0")
+
+
+def test_metrics_show_queue_budget_latency_and_token_timing() -> None:
+    with (
+        fake_upstreams(Behaviour(ttft_s=0.01, itl_s=0.002)) as ups,
+        running_gateway(make_config([ups[0][0]], budget_tokens=5000)) as gw,
+    ):
+        httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        text = httpx.get(f"{gw.url}/metrics").text
+    for line in (
+        'kvwise_kv_budget_tokens{replica="r0"} 5000',
+        "kvwise_requests_admitted_total 1",
+        "kvwise_queue_depth 0",
+        'kvwise_http_responses_total{code="200"} 1',
+        "kvwise_ttft_seconds_count 1",
+        "kvwise_tpot_seconds_count 1",
+        'kvwise_request_duration_seconds_count{replica="r0"} 1',
+    ):
+        assert line in text.splitlines()
