@@ -25,6 +25,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
 from kvwise.core.models import ModelSpec
+from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimResult, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
@@ -205,12 +206,15 @@ def run_case(
     seed: int = 0,
     record_steps: bool = False,
 ) -> SimResult:
+    gpu = find_gpu(case.gpu)
+    # the shipped coefficients unless told otherwise: never a calibration the user stored
+    shipped = coefficients_for(gpu, case.flags.tensor_parallel_size or 1)
     dep = deployment(
         model_spec(case.model),
-        find_gpu(case.gpu),
+        gpu,
         case.flags,
         vllm_version=case.vllm_version,
-        coefficients=coefficients,
+        coefficients=coefficients or shipped,
         num_gpu_blocks=case.num_gpu_blocks,
         num_scheduler_steps=case.num_scheduler_steps,
         label=case.case_id,
