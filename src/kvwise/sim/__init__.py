@@ -1,1 +1,40 @@
-"""kvwise.sim."""
+"""`kvwise simulate`: a discrete-event model of vLLM's engine on a given GPU.
+
+Layers (entities, scheduler, cost model and workload kept apart):
+
+    request.py          a request and the content identity of its tokens (segments, block hashes)
+    block_pool.py       the paged KV pool: null block, LRU free queue, prefix-cache map
+    kv_cache_manager.py per-request blocks: prefix hits, all-or-nothing allocation
+    scheduler.py        vLLM V1's schedule() step by step (and V0's prefill-first)
+    cohort.py, engine.py the event loop; decoding requests kept implicit for speed
+    steptime.py         step time as a linear combination of roofline basis terms
+    coefficients.py     the fitted step-time coefficients (benchmarks/fit_steptime.py)
+    fit.py              fitting coefficients from measured latencies (also for `kvwise calibrate`)
+    workloads.py        workloads shared with `kvwise bench` (random, sharegpt, agent, ...)
+    runner.py           the clients, and `simulate()`
+    deploy.py           model + GPU + vLLM flags -> a simulated replica, through the planner
+    fidelity*.py        the simulator against real serving measurements
+
+Public API, for the CLI and for callers such as a flag recommender:
+
+    dep = deployment(model, gpu, flags, vllm_version=...)      # raises if vLLM would not start
+    result = simulate(dep.config, WorkloadSpec("agent", sessions=10), seed=0)
+    result.metrics["median_ttft_ms"], result.metrics["num_preemptions"], ...
+"""
+
+from kvwise.sim.deploy import Deployment, deployment
+from kvwise.sim.runner import SimConfig, SimResult, simulate
+from kvwise.sim.steptime import StepTimeCoefficients
+from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload
+
+__all__ = [
+    "Deployment",
+    "SimConfig",
+    "SimResult",
+    "StepTimeCoefficients",
+    "Workload",
+    "WorkloadSpec",
+    "build_workload",
+    "deployment",
+    "simulate",
+]

@@ -124,14 +124,16 @@ def targets(
     if "mean_e2el_ms" in measured:
         rows = [[a + b for a, b in zip(ttft[i], decode[i], strict=False)] for i in ttft]
         found.append(Target("mean_e2el_ms", _mean(rows), 0.0, measured["mean_e2el_ms"] / 1000))
-    if "output_throughput" in measured and measured["output_throughput"] > 0:
-        engine = result.engine
-        steps = len(engine.step_end_s)
-        idle_s = result.metrics["duration"] - engine.busy_s
-        measured_duration = result.metrics["total_output_tokens"] / measured["output_throughput"]
-        found.append(
-            Target("duration_s", tuple(windows.basis(0, steps)), idle_s, measured_duration)
+    if "output_throughput" in measured and measured["output_throughput"] > 0 and done:
+        # the run ends when its last request does: that request's send time (fixed by the
+        # arrivals) plus its E2E (linear in the coefficients)
+        last = max(done, key=lambda r: (r.finish_s, r.request_id))
+        start_s = min(r.sent_s for r in done)
+        row = tuple(
+            a + b for a, b in zip(ttft[last.request_id], decode[last.request_id], strict=True)
         )
+        measured_s = result.metrics["total_output_tokens"] / measured["output_throughput"]
+        found.append(Target("duration_s", row, last.sent_s - start_s, measured_s))
     return found
 
 
