@@ -154,8 +154,10 @@ class Exchange:
                 response = await self.gateway.upstream.post(
                     self._url(), self.prepared.body, self.gateway.upstream_headers
                 )
-                body = await response.read()
-                response.close()
+                try:
+                    body = await response.read()
+                finally:
+                    response.close()
             except UpstreamConnectionError as exc:
                 if await self._failover(str(exc), is_replica_down=True):
                     continue

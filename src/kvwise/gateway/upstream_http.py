@@ -159,6 +159,9 @@ class UpstreamClient:
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
             connection.writer.close()
             raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
+        except BaseException:  # cancelled (the client left): the connection is mid-exchange
+            connection.writer.close()
+            raise
         return UpstreamResponse(status, headers, connection, self, key)
 
     async def _connection(self, key: tuple[str, int]) -> _Connection:
