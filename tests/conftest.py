@@ -1,4 +1,10 @@
-"""Session-wide real servers (see tests/engine_fixture.py): started on first use, killed by PID."""
+"""Shared test fixtures.
+
+`fidelity_report` collects accuracy figures measured by tests (planner KV tokens, simulator
+errors) and prints them at the end of the run, so every run shows the numbers behind the bars.
+The real servers (see tests/engine_fixture.py) are session-wide: started on first use, killed
+by PID.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,27 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixture import EngineProcess, RedisProcess
+from tests.engine_fixture import EngineProcess, RedisProcess
+
+# Tests never reach the Hugging Face hub (huggingface_hub comes with `tokenizers`): offline, a
+# typo'd hub id would otherwise spend seconds in the hub client's retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+_REPORT: list[str] = []
+
+
+@pytest.fixture
+def fidelity_report() -> Iterator[list[str]]:
+    lines: list[str] = []
+    yield lines
+    _REPORT.extend(lines)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _REPORT:
+        terminalreporter.section("kvwise fidelity figures")
+        for line in _REPORT:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

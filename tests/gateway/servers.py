@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 import uvicorn
 
-from engine_fixture import free_port
 from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.app import Gateway, create_app
 from kvwise.gateway.config import GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
 from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
 from kvwise.gateway.sessions import SessionCaps
+from tests.engine_fixture import free_port
 
 T = TypeVar("T")
 

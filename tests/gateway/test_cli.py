@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine_fixture import free_port
-from gateway.servers import fake_upstreams
 from kvwise.cli import main
 from kvwise.gateway.demo import DEMO_MODEL_NAME, demo_command, ensure_model
 from kvwise.gateway.fake_upstream import Behaviour
+from tests.engine_fixture import free_port
+from tests.gateway.servers import fake_upstreams
 
 
 @contextmanager

@@ -16,10 +16,10 @@ import httpx
 import openai
 import pytest
 
-from engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
-from gateway.servers import make_config, running_gateway
 from kvwise.gateway.prepare import sequence_cost
 from kvwise.gateway.tokens import count_chat, load_tokenizer
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
+from tests.gateway.servers import make_config, running_gateway
 
 pytestmark = pytest.mark.engine
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
-from gateway.servers import make_config, running_gateway
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
+from tests.gateway.servers import make_config, running_gateway
 
 pytestmark = pytest.mark.engine
 

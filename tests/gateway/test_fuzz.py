@@ -15,14 +15,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.servers import (
+from kvwise.gateway.fake_upstream import Behaviour
+from tests.gateway.servers import (
     RunningGateway,
     fake_upstreams,
     make_config,
     running_gateway,
     session_config,
 )
-from kvwise.gateway.fake_upstream import Behaviour
 
 JSON = st.recursive(
     st.none()

@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from gateway.servers import fake_upstreams, make_config, running_gateway, wait_until
 from kvwise.gateway.config import SecurityConfig
 from kvwise.gateway.fake_upstream import Behaviour
+from tests.gateway.servers import fake_upstreams, make_config, running_gateway, wait_until
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from engine_fixture import RedisProcess
 from kvwise.gateway.sessions import (
     SessionCaps,
     SessionStore,
@@ -14,6 +13,7 @@ from kvwise.gateway.sessions import (
     open_store,
     units_to_drop,
 )
+from tests.engine_fixture import RedisProcess
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ from typing import Any
 import openai
 import pytest
 
-from engine_fixture import SERVED_MODEL_NAME, EngineProcess, RedisProcess, tiny_model_dir
-from gateway.servers import make_config, running_gateway, session_config
 from kvwise.gateway.sessions import SessionCaps, SqliteStore
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, RedisProcess, tiny_model_dir
+from tests.gateway.servers import make_config, running_gateway, session_config
 
 pytestmark = pytest.mark.engine
 

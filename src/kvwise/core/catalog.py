@@ -101,14 +101,27 @@ def _find_in_catalog(name: str) -> CatalogEntry | None:
     return by_tail.get(key.split("/")[-1])
 
 
+def _hub_reachable(timeout_s: float = 1.0) -> bool:
+    """One TCP connection to the hub; offline machines fail at DNS at once."""
+    import socket
+
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
 def _from_hub(name: str) -> ModelSpec | None:
     """config.json from the Hugging Face hub, when huggingface_hub is installed and reachable."""
     if "/" not in name or os.environ.get("HF_HUB_OFFLINE") == "1":
         return None
     try:
-        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found]
+        from huggingface_hub import hf_hub_download
     except ImportError:
         return None
+    if not _hub_reachable():
+        return None  # fail fast: the hub client would spend seconds in retries
     try:
         path = hf_hub_download(name, "config.json", etag_timeout=3)
     except Exception:  # any hub failure means "not found online": fall through to the error

@@ -83,8 +83,11 @@ def find_gpu(name: str) -> GpuSpec:
     by_key = {key: entry for entry in _catalog() for key in _keys(entry)}
     if wanted in by_key:
         return _from_entry(by_key[wanted])
-    # Longest alias contained in the given name: "h100pcie80gbhbm2e" -> "h100pcie"
-    contained = [key for key in by_key if len(key) >= 3 and key in wanted]
+    # Longest alias contained in the given name: "h100pcie80gbhbm2e" -> "h100pcie"; short
+    # aliases ("l4") only as a prefix, so "l44cards" is an L4 but "a100l4x" is not
+    contained = [
+        key for key in by_key if (len(key) >= 3 and key in wanted) or wanted.startswith(key)
+    ]
     if contained:
         return _from_entry(by_key[max(contained, key=len)])
     close = difflib.get_close_matches(wanted, list(by_key), n=3, cutoff=0.5)
@@ -120,7 +123,7 @@ def detect_gpus() -> list[GpuSpec]:
     machines have no GPU, so only the absent path runs there.
     """
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return []
     try:

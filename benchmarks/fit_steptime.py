@@ -1,0 +1,150 @@
+"""Fit the shipped step-time coefficients on the validation serving measurements.
+
+    .venv/bin/python benchmarks/fit_steptime.py [--data PATH] [--rounds 4] [--write]
+
+Training points: sub-saturation cases not held out (one sweep group in three is held out, see
+`Case.is_held_out`). Each round simulates every training case with the current coefficients,
+turns its measured figures into linear rows (`kvwise.sim.fit.targets`) and refits: one set on
+all GPUs, then a set per GPU with enough points, shrunk towards the all-GPU set. `--write`
+stores the result in src/kvwise/sim/coefficients.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from kvwise.sim.coefficients import profile_keys
+from kvwise.sim.fidelity import Case, load_cases, run_case
+from kvwise.sim.fit import Target, blend, fit_coefficients, targets
+from kvwise.sim.steptime import StepTimeCoefficients
+
+DEFAULT_DATA = str(
+    Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
+)
+MIN_POINTS_PER_GPU = 12  # below this a GPU keeps the all-GPU set
+WEIGHTS = {
+    "mean_tpot_ms": 1.0,
+    "median_ttft_ms": 1.0,
+    "duration_s": 1.0,
+    "mean_ttft_ms": 0.3,
+    "mean_e2el_ms": 0.5,
+}
+COEFFICIENTS_PY = Path(__file__).resolve().parents[1] / "src/kvwise/sim/coefficients.py"
+
+
+def measured_figures(case: Case) -> dict[str, float]:
+    m = case.measured
+    figures = {
+        "mean_tpot_ms": m.mean_tpot_ms,
+        "median_ttft_ms": None if case.ttft_unexplained else m.median_ttft_ms,
+        "mean_ttft_ms": None if case.ttft_unexplained else m.mean_ttft_ms,
+        "mean_e2el_ms": m.mean_e2el_ms,
+        "output_throughput": m.output_throughput,
+    }
+    return {k: v for k, v in figures.items() if v}
+
+
+def one_round(
+    cases: list[Case], fitted: dict[str, StepTimeCoefficients]
+) -> dict[str, list[Target]]:
+    """Simulate every case with its current set; rows keyed by the case's most specific profile."""
+    rows: dict[str, list[Target]] = {}
+    for case in cases:
+        keys = profile_keys(case.gpu, case.flags.tensor_parallel_size or 1)
+        coefficients = next((fitted[k] for k in keys if k in fitted), StepTimeCoefficients())
+        result = run_case(case, coefficients, record_steps=True)
+        found = targets(result, measured_figures(case), coefficients)
+        rows.setdefault(keys[0], []).extend(
+            Target(t.name, t.row, t.offset, t.measured, WEIGHTS[t.name]) for t in found
+        )
+    return rows
+
+
+def refit(rows: dict[str, list[Target]]) -> dict[str, StepTimeCoefficients]:
+    """All GPUs from the physical prior; each GPU from that; each TP>1 profile from its GPU's."""
+    prior = StepTimeCoefficients()
+    fitted = {"default": fit_coefficients([t for r in rows.values() for t in r], prior)}
+    gpus = sorted({key.removesuffix(" TP>1") for key in rows})
+    for gpu in gpus:
+        gpu_rows = rows.get(gpu, []) + rows.get(f"{gpu} TP>1", [])
+        if len(gpu_rows) >= MIN_POINTS_PER_GPU:
+            fitted[gpu] = fit_coefficients(gpu_rows, fitted["default"], ridge=1.0)
+        multi = rows.get(f"{gpu} TP>1", [])
+        if len(multi) >= MIN_POINTS_PER_GPU:
+            fitted[f"{gpu} TP>1"] = fit_coefficients(
+                multi, fitted.get(gpu, fitted["default"]), ridge=1.0
+            )
+    return fitted
+
+
+def fit(cases: list[Case], rounds: int) -> dict[str, StepTimeCoefficients]:
+    fitted: dict[str, StepTimeCoefficients] = {}
+    for index in range(rounds):
+        started = time.process_time()
+        new = refit(one_round(cases, fitted))
+        # move halfway: a step-time change also changes batch sizes, which the rows hold fixed
+        fitted = {key: blend(fitted[key], c) if key in fitted else c for key, c in new.items()}
+        print(f"round {index + 1}: {time.process_time() - started:.0f} s CPU")
+        for key, c in fitted.items():
+            print(f"    {key}: {_short(c)}")
+    return fitted
+
+
+def _short(c: StepTimeCoefficients) -> str:
+    return ", ".join(f"{k}={v:.3g}" for k, v in asdict(c).items())
+
+
+def write(fitted: dict[str, StepTimeCoefficients], source: str) -> None:
+    """Replace the generated block of coefficients.py, formatted as ruff formats it."""
+    lines = ["FITTED: dict[str, dict[str, float]] = {"]
+    for name, values in fitted.items():
+        lines.append(f'    "{name}": {{')
+        lines += [f'        "{k}": {float(f"{v:.6g}")!r},' for k, v in asdict(values).items()]
+        lines.append("    },")
+    lines.append("}")
+    words, pieces, piece = source.split(" "), [], ""
+    for word in words:
+        if len(piece) + len(word) > 80:
+            pieces.append(piece)
+            piece = ""
+        piece += word + " "
+    pieces.append(piece.rstrip())
+    lines.append("FIT_SOURCE = (")
+    lines += [f"    {json.dumps(p)}" for p in pieces]
+    lines.append(")")
+    text = COEFFICIENTS_PY.read_text()
+    begin = "# --- generated by benchmarks/fit_steptime.py: begin ---"
+    end = "# --- generated by benchmarks/fit_steptime.py: end ---"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    block = begin + "\n" + "\n".join(lines) + "\n" + end
+    COEFFICIENTS_PY.write_text(pattern.sub(lambda _: block, text))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=DEFAULT_DATA)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    cases, _ = load_cases(args.data)
+    training = [c for c in cases if not c.is_overloaded and not c.is_held_out]
+    print(f"{len(training)} training cases of {len(cases)}")
+    fitted = fit(training, args.rounds)
+    if args.write:
+        source = (
+            f"benchmarks/fit_steptime.py --rounds {args.rounds}: {len(training)} sub-saturation cases "
+            "of serving_benchmarks.jsonl (held-out sweep groups excluded)"
+        )
+        write(fitted, source)
+        print(f"wrote {COEFFICIENTS_PY}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,56 @@
+"""Simulator fidelity on the validation serving measurements, per GPU and per source.
+
+    .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases]
+
+Prints the median |relative error| of output throughput, mean TPOT and median TTFT on the
+sub-saturation points (all, those the coefficients were fitted on, those held out), per GPU and
+per source, and whether the overloaded points are predicted to queue or preempt. `--cases` adds
+one line per case. The same figures are checked against the bars by tests/sim/test_fidelity.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from kvwise.sim.fidelity import evaluate, report_lines
+
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
+)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cases", action="store_true", help="one line per case")
+    args = parser.parse_args(argv)
+    started = time.process_time()
+    outcomes, skipped, summary = evaluate(args.data)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    if args.cases:
+        for o in outcomes:
+            tag = (
+                "overload"
+                if o.case.is_overloaded
+                else ("held-out" if o.case.is_held_out else "fitted")
+            )
+            errors = "  ".join(f"{k} {v:+.0%}" for k, v in o.errors.items())
+            print(f"{o.case.case_id[:78]:<78} {tag:<8} {errors}")
+        for s in skipped:
+            print(f"{s.case_id[:78]:<78} skipped: {s.reason[:60]}")
+    print("\n".join(report_lines(summary)))
+    print(
+        f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

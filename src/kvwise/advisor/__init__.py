@@ -1,0 +1,117 @@
+"""`kvwise plan --workload ...`: the configuration that serves a stated workload best.
+
+Uses the planner (will it start, how big is the KV pool) and the simulator (how the workload
+behaves on that pool) through their public functions; the search space is in `candidates.py`.
+
+Public API: `recommend(model, gpu, flags, workload_spec, ...) -> Recommendation`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from kvwise.advisor.candidates import (
+    Candidate,
+    candidates,
+    peak_kv_demand_tokens,
+    required_max_model_len,
+)
+from kvwise.advisor.evaluate import Evaluation, Objectives, evaluate, plan_candidate, rank
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.planner import Plan
+from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload
+
+__all__ = ["Objectives", "Recommendation", "recommend"]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    workload: Workload
+    objectives: Objectives
+    baseline: Evaluation  # the user's flags with vLLM's defaults for the rest
+    ranked: tuple[Evaluation, ...]  # every candidate that starts, best first
+    refused: tuple[Evaluation, ...]  # candidates vLLM would not start
+    demand_tokens: int  # KV the sessions hold together at their longest
+    required_len: int  # the workload's longest request
+
+    @property
+    def best(self) -> Evaluation | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def _shortlist(planned: list[tuple[Candidate, Plan]]) -> list[tuple[Candidate, Plan]]:
+    """Per checkpoint, KV dtype and layout: CUDA graphs if that starts, else --enforce-eager
+    (graphs cost some KV but decode faster; eager is the fallback when memory is that tight)."""
+    chosen: dict[tuple[str, str, int, int], tuple[Candidate, Plan]] = {}
+    for candidate, result in planned:
+        if not result.starts:
+            continue
+        key = (
+            candidate.model.model_id,
+            result.flags.kv_cache_dtype,
+            candidate.tp,
+            candidate.replicas,
+        )
+        if key not in chosen or (
+            chosen[key][1].flags.enforce_eager and not result.flags.enforce_eager
+        ):
+            chosen[key] = (candidate, result)
+    return list(chosen.values())
+
+
+def recommend(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    flags: VllmFlags,
+    spec: WorkloadSpec,
+    *,
+    num_gpus: int = 1,
+    objectives: Objectives | None = None,
+    vllm_version: str | None = None,
+    seed: int = 0,
+) -> Recommendation:
+    objectives = objectives or Objectives()
+    workload = build_workload(spec, random.Random(seed))
+    required = required_max_model_len(workload)
+
+    def run(candidate: Candidate, result: Plan, budget: int | None) -> Evaluation:
+        return evaluate(
+            candidate,
+            result,
+            gpu,
+            workload,
+            vllm_version=vllm_version,
+            seed=seed,
+            history_budget_tokens=budget,
+        )
+
+    base = Candidate(model, flags, 1)
+    base_plan = plan_candidate(base, gpu, vllm_version)
+    base_budget = (
+        base_plan.flags.max_model_len if required > base_plan.flags.max_model_len else None
+    )
+    baseline = run(base, base_plan, base_budget)
+    planned = [
+        (c, plan_candidate(c, gpu, vllm_version))
+        for c in candidates(model, flags, workload, num_gpus)
+    ]
+    evaluations = []
+    for candidate, result in _shortlist(planned):
+        # histories longer than the context are trimmed by the gateway kvwise recommends
+        budget = result.flags.max_model_len if required > result.flags.max_model_len else None
+        evaluations.append(run(candidate, result, budget))
+    refused = [
+        Evaluation(c, p, None, p.error.kind if p.error else "") for c, p in planned if not p.starts
+    ]
+    return Recommendation(
+        workload=workload,
+        objectives=objectives,
+        baseline=baseline,
+        ranked=tuple(rank([e for e in evaluations if e.metrics is not None], objectives)),
+        refused=tuple(refused),
+        demand_tokens=peak_kv_demand_tokens(workload),
+        required_len=required,
+    )

@@ -1,0 +1,155 @@
+"""The configurations worth trying for a workload: a small, deliberate search space.
+
+Each axis is a knob the seed threads argue about. Values the user set on the command line are
+kept fixed; the rest are searched. Every candidate is planned first (cheap) and only those that
+start are simulated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
+from kvwise.core.models import ModelSpec
+from kvwise.errors import KvwiseError
+from kvwise.sim.workloads import Workload
+
+LENGTH_ROUNDING = 1024  # recommended max_model_len: the workload's longest request, rounded up
+
+
+@dataclass(frozen=True)
+class Candidate:
+    model: ModelSpec
+    flags: VllmFlags
+    replicas: int  # vLLM instances across the GPUs, each on tensor_parallel_size GPUs
+
+    @property
+    def tp(self) -> int:
+        return self.flags.tensor_parallel_size or 1
+
+    def label(self) -> str:
+        """Short: the checkpoint's quantization and the knobs that differ from vLLM's defaults."""
+        quant = self.model.quant
+        parts = [
+            quant.method.upper() if quant else "bf16" if self.model.dtype != "float16" else "fp16"
+        ]
+        values = self.flags.set_values()
+        if str(values.get("kv_cache_dtype", "auto")).startswith("fp8"):
+            parts.append("fp8 KV")
+        if "max_num_seqs" in values:
+            parts.append(f"seqs {values['max_num_seqs']}")
+        if "gpu_memory_utilization" in values:
+            parts.append(f"util {values['gpu_memory_utilization']}")
+        if values.get("enforce_eager"):
+            parts.append("eager")
+        if self.tp > 1:
+            parts.append(f"TP{self.tp}")
+        if self.replicas > 1:
+            parts.append(f"{self.replicas} replicas")
+        return " · ".join(parts)
+
+
+def required_max_model_len(workload: Workload) -> int:
+    """The longest request the workload sends: its final prompt plus max_tokens."""
+    longest = 0
+    for session in workload.sessions:
+        history = 0
+        for turn in session.turns:
+            prompt = (history if session.keeps_history else 0) + sum(
+                n for _, n in turn.new_segments
+            )
+            longest = max(longest, prompt + turn.max_tokens)
+            history = prompt + turn.output_len
+    return longest
+
+
+def peak_kv_demand_tokens(workload: Workload) -> int:
+    """Tokens all sessions hold at their largest, if they all peak together (shared system
+    prompt blocks counted once, as vLLM's prefix cache shares them)."""
+    shared: dict[int, int] = {}
+    total = 0
+    for session in workload.sessions:
+        history, first = 0, session.turns[0].new_segments
+        for turn in session.turns:
+            prompt = (history if session.keeps_history else 0) + sum(
+                n for _, n in turn.new_segments
+            )
+            history = prompt + turn.output_len
+        total += history
+        if first:
+            seg_id, length = first[0]
+            shared[seg_id] = length
+    duplicates = sum(shared.values()) * (len(workload.sessions) - len(shared)) if shared else 0
+    return max(total - duplicates, 0)
+
+
+def _rounded_len(length: int, model: ModelSpec) -> int:
+    rounded = -(-length // LENGTH_ROUNDING) * LENGTH_ROUNDING
+    return min(rounded, model.max_position_embeddings)
+
+
+def _awq_variant(model: ModelSpec) -> ModelSpec | None:
+    if model.quant is not None:
+        return None
+    try:
+        return load_model(f"{model.model_id}-AWQ")
+    except KvwiseError:
+        return None
+
+
+def _layouts(model: ModelSpec, num_gpus: int) -> list[tuple[int, int]]:
+    """(tensor_parallel_size, replicas) splits of the GPUs that the model's heads allow."""
+    out = []
+    for tp in range(1, num_gpus + 1):
+        if num_gpus % tp or model.num_attention_heads % tp:
+            continue
+        kv = model.num_kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            continue
+        out.append((tp, num_gpus // tp))
+    return out
+
+
+def _concurrency_seqs(concurrent: int) -> int:
+    """max_num_seqs for a known number of concurrent requests: next power of two, at least 16."""
+    return max(16, 1 << max(concurrent - 1, 0).bit_length())
+
+
+def candidates(
+    model: ModelSpec, base: VllmFlags, workload: Workload, num_gpus: int
+) -> list[Candidate]:
+    """The cross product of the searched knobs, with the user's own flags held fixed."""
+    fixed = base.set_values()
+    models = [model] + (
+        [m for m in [_awq_variant(model)] if m] if "quantization" not in fixed else []
+    )
+    kv_dtypes = [fixed["kv_cache_dtype"]] if "kv_cache_dtype" in fixed else ["auto", "fp8"]
+    eager = [fixed["enforce_eager"]] if "enforce_eager" in fixed else [False, True]
+    concurrent = workload.max_concurrency or len(workload.sessions)
+    out = []
+    for variant in models:
+        length = fixed.get("max_model_len") or _rounded_len(
+            required_max_model_len(workload), variant
+        )
+        for tp, replicas in _layouts(variant, num_gpus):
+            if "tensor_parallel_size" in fixed and fixed["tensor_parallel_size"] != tp:
+                continue
+            per_replica = -(-concurrent // replicas)
+            seqs = fixed.get("max_num_seqs") or _concurrency_seqs(per_replica)
+            for kv_dtype in kv_dtypes:
+                for is_eager in eager:
+                    flags = base.merged(
+                        kv_cache_dtype=None if kv_dtype == "auto" else kv_dtype,
+                        max_model_len=length,
+                        max_num_seqs=seqs,
+                        tensor_parallel_size=tp if tp > 1 else base.tensor_parallel_size,
+                        enforce_eager=True if is_eager else base.enforce_eager,
+                    )
+                    out.append(Candidate(variant, flags, replicas))
+    return out
+
+
+def vllm_defaults(model: ModelSpec, base: VllmFlags) -> Candidate:
+    """What the user gets by changing nothing: the reference point of every recommendation."""
+    return Candidate(model, base, 1)

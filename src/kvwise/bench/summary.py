@@ -1,0 +1,69 @@
+"""From request records to the numbers `vllm bench serve --save-result` reports.
+
+Same definitions as vLLM's bench (`benchmarks/serve.py: calculate_metrics`) and as the
+simulator's `kvwise.sim.metrics`, so measured and predicted figures compare key by key:
+duration from the first request sent to the last answer; TTFT, TPOT and E2E per successful
+request; ITL pooled over every gap of every request; percentiles with linear interpolation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kvwise.bench.measured import timed, typical_gap
+from kvwise.bench.records import RequestRecord
+from kvwise.sim.metrics import percentile
+
+# the figures shown side by side with the simulator's, in this order
+COMPARED_KEYS = (
+    "request_throughput",
+    "output_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "mean_itl_ms",
+    "mean_e2el_ms",
+)
+
+
+def stats_ms(values_s: list[float], name: str) -> dict[str, float]:
+    ordered = sorted(values_s)
+    return {
+        f"mean_{name}_ms": sum(ordered) / len(ordered) * 1000 if ordered else 0.0,
+        f"median_{name}_ms": percentile(ordered, 50) * 1000,
+        f"p90_{name}_ms": percentile(ordered, 90) * 1000,
+        f"p99_{name}_ms": percentile(ordered, 99) * 1000,
+    }
+
+
+def summarize(records: list[RequestRecord]) -> dict[str, Any]:
+    done = [r for r in records if r.is_ok]
+    start_s = min((r.sent_s for r in records), default=0.0)
+    end_s = max((r.finish_s for r in records), default=0.0)
+    duration = max(end_s - start_s, 1e-9)
+    input_tokens = sum(r.input_tokens for r in done)
+    output_tokens = sum(r.output_tokens or 0 for r in done)
+    metrics: dict[str, Any] = {
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "duration": duration,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": len(done) / duration,
+        "output_throughput": output_tokens / duration,
+        "total_token_throughput": (input_tokens + output_tokens) / duration,
+    }
+    metrics |= stats_ms([r.ttft_s for r in done if r.ttft_s is not None], "ttft")
+    metrics |= stats_ms([t for t in (r.tpot_s for r in done) if t is not None], "tpot")
+    metrics |= stats_ms([gap for r in done for gap in r.itl_s], "itl")
+    metrics |= stats_ms([r.e2el_s for r in done], "e2el")
+    cached = [r.cached_tokens for r in done if r.cached_tokens is not None]
+    if cached:
+        metrics["total_cached_tokens"] = sum(cached)
+    # answers streamed in one burst (a CPU-starved server or client): not timed token by token
+    metrics["num_burst_streamed"] = timed(done, typical_gap(done)).count(False)
+    metrics["errors"] = dict(Counter(r.error for r in records if r.error is not None))
+    return metrics

@@ -1,0 +1,336 @@
+"""One or two sentences per root cause, with the log's own numbers filled in."""
+
+from __future__ import annotations
+
+import re
+
+from kvwise.doctor import kinds
+from kvwise.doctor.figures import GIB
+from kvwise.doctor.parse import ParsedLog
+from kvwise.doctor.text import LogLine
+
+# figures quoted as evidence next to each kind's error line
+FIGURES_FOR_KIND = {
+    kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE: ("kv_cache_bytes", "kv_cache_tokens", "weights_bytes"),
+    kinds.NO_KV_CACHE_MEMORY: (
+        "budget_bytes",
+        "weights_bytes",
+        "activation_peak_bytes",
+        "num_gpu_blocks",
+    ),
+    kinds.INSUFFICIENT_FREE_MEMORY: (),
+    kinds.CUDA_OOM_SAMPLER_WARMUP: ("kv_cache_bytes", "cuda_graph_bytes"),
+}
+_STATS = re.compile(
+    r"Running: (?P<running>\d+) reqs,(?: Swapped: (?P<swapped>\d+) reqs,)? "
+    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
+)
+_TORCH_HOLDER = re.compile(r"Process (\d+) has (\d+(?:\.\d+)?) (GiB|MiB) memory in use")
+_TORCH_SIZES = re.compile(
+    r"Tried to allocate (?P<tried>\d+(?:\.\d+)?) (?P<tried_unit>GiB|MiB|KiB|bytes)[^\n]*?"
+    r"of which (?P<free>\d+(?:\.\d+)?) (?P<free_unit>GiB|MiB|KiB|bytes) is free"
+)
+_EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|AssertionError)\b:?")
+
+
+def _gib(value: float | None) -> str:
+    return "?" if value is None else f"{value / GIB:.2f} GiB"
+
+
+def _num(value: float | None) -> str:
+    return "?" if value is None else f"{int(value):,}"
+
+
+def summarize(kind: str, parsed: ParsedLog, anchor: int | None) -> str:
+    writer = _WRITERS.get(kind, _generic_oom)
+    return writer(parsed, anchor)
+
+
+def _max_model_len(parsed: ParsedLog, at: int | None) -> str:
+    flags = parsed.flags(at)
+    text = (
+        f"vLLM refused to start: one request of max_model_len={_num(flags.get('max_model_len'))} "
+        f"tokens does not fit the KV cache"
+    )
+    kv, tokens = parsed.figure("kv_cache_bytes", at), parsed.figure("kv_cache_tokens", at)
+    if kv is not None or tokens is not None:
+        parts = [
+            p
+            for p in (
+                _gib(kv) if kv is not None else None,
+                f"{_num(tokens)} tokens" if tokens is not None else None,
+            )
+            if p
+        ]
+        text += f" ({', '.join(parts)})"
+    needed = parsed.figure("kv_needed_bytes", at)
+    if needed is not None:
+        text += f"; that request alone needs {_gib(needed)}"
+    estimate = parsed.figure("estimated_max_model_len", at)
+    if estimate is not None:
+        text += f". vLLM estimates the longest max_model_len that fits at {_num(estimate)}"
+    return text + "."
+
+
+def _no_kv(parsed: ParsedLog, at: int | None) -> str:
+    budget = parsed.figure("budget_bytes", at)
+    util = parsed.flags(at).get("gpu_memory_utilization")
+    parts = [
+        f"weights {_gib(parsed.figure('weights_bytes', at))}"
+        if parsed.figure("weights_bytes", at) is not None
+        else "the weights",
+        f"activation peak {_gib(parsed.figure('activation_peak_bytes', at))}"
+        if parsed.figure("activation_peak_bytes", at) is not None
+        else "the profile run's activation peak",
+        f"non-torch memory {_gib(parsed.figure('non_torch_bytes', at))}"
+        if parsed.figure("non_torch_bytes", at) is not None
+        else "non-torch memory",
+    ]
+    where = "the gpu_memory_utilization budget"
+    if util is not None:
+        where += f" ({util:g} of the GPU" + (f" = {_gib(budget)})" if budget else ")")
+    return (
+        f"vLLM refused to start: {', '.join(parts)} took all of {where}, leaving no memory "
+        "for the KV cache."
+    )
+
+
+def _insufficient_free(parsed: ParsedLog, at: int | None) -> str:
+    free, total = parsed.figure("free_at_startup_bytes", at), parsed.figure("total_bytes", at)
+    util, budget = parsed.flags(at).get("gpu_memory_utilization"), parsed.figure("budget_bytes", at)
+    return (
+        f"vLLM refused to start: only {_gib(free)} of {_gib(total)} was free on the GPU at "
+        f"start-up, less than gpu_memory_utilization={util if util is not None else '?'} asks "
+        f"for ({_gib(budget)}); gpu_memory_utilization is a share of the whole GPU, so memory "
+        "held by anything else must fit beside it."
+    )
+
+
+def _sampler(parsed: ParsedLog, at: int | None) -> str:
+    seqs = parsed.flags(at).get("max_num_seqs")
+    return (
+        f"CUDA ran out of memory while vLLM warmed up the sampler with {_num(seqs)} dummy "
+        "requests (max_num_seqs rows of vocabulary-sized logits), after the KV cache "
+        f"({_gib(parsed.figure('kv_cache_bytes', at))}) had taken the rest of the budget."
+    )
+
+
+def _capture(parsed: ParsedLog, at: int | None) -> str:
+    kv = parsed.figure("kv_cache_bytes", at)
+    text = "CUDA ran out of memory while capturing CUDA graphs"
+    if kv is not None:
+        text += f", after the KV cache ({_gib(kv)}) was allocated"
+    return text + (
+        ": the graph pool needs memory that gpu_memory_utilization did not leave (older vLLM "
+        "puts it on top of the budget; newer vLLM estimates it, sometimes too low)."
+    )
+
+
+def _kv_alloc(parsed: ParsedLog, at: int | None) -> str:
+    return (
+        "CUDA ran out of memory while allocating the KV cache "
+        f"({_gib(parsed.figure('kv_cache_bytes', at))}): less memory was free than the profile "
+        "run measured, usually because something else took GPU memory meanwhile."
+    )
+
+
+def _profile_run(parsed: ParsedLog, at: int | None) -> str:
+    weights = parsed.figure("weights_bytes", at)
+    loaded = f" after the weights ({_gib(weights)} per GPU) loaded" if weights is not None else ""
+    return (
+        f"CUDA ran out of memory in the profile run{loaded}: the dummy forward pass over "
+        "max_num_batched_tokens tokens (max_model_len without chunked prefill) needs more "
+        "activation memory than the GPU has left."
+    )
+
+
+def _weights(parsed: ParsedLog, at: int | None) -> str:
+    total = parsed.figure("total_bytes", at)
+    on = f" ({_gib(total)})" if total is not None else ""
+    return f"CUDA ran out of memory while loading the weights: they do not fit the GPU{on}."
+
+
+def _runtime(parsed: ParsedLog, at: int | None) -> str:
+    return (
+        "CUDA ran out of memory after start-up, while serving: a batch needed more memory than "
+        "the budget leaves outside the KV cache."
+    )
+
+
+def _another(parsed: ParsedLog, at: int | None) -> str:
+    return "CUDA ran out of memory while another process held memory on the same GPU."
+
+
+def _generic_oom(parsed: ParsedLog, at: int | None) -> str:
+    return "CUDA ran out of memory; the log does not show at which start-up stage."
+
+
+_WRITERS = {
+    kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE: _max_model_len,
+    kinds.NO_KV_CACHE_MEMORY: _no_kv,
+    kinds.INSUFFICIENT_FREE_MEMORY: _insufficient_free,
+    kinds.CUDA_OOM_SAMPLER_WARMUP: _sampler,
+    kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE: _capture,
+    kinds.CUDA_OOM_KV_CACHE_ALLOCATION: _kv_alloc,
+    kinds.CUDA_OOM_PROFILE_RUN: _profile_run,
+    kinds.WEIGHTS_EXCEED_MEMORY: _weights,
+    kinds.CUDA_OOM_RUNTIME: _runtime,
+    kinds.ANOTHER_PROCESS: _another,
+}
+
+
+def summarize_host(parsed: ParsedLog, what: str, at: int | None) -> str:
+    text = f"The process was killed for lack of host memory ({what}), not GPU memory."
+    if parsed.signals.get("swap_space_warning") or "swap" in what:
+        text += " V0 pins --swap-space GiB of host RAM per GPU for preempted requests."
+    return text
+
+
+def full_kv_stats(parsed: ParsedLog) -> LogLine | None:
+    """The first stats line with the KV cache (nearly) full while requests wait."""
+    for line in parsed.log.lines:
+        match = _STATS.search(line.message)
+        if not match or not match["usage"] or float(match["usage"]) < 99.0:
+            continue
+        if int(match["waiting"]) > 0 or int(match["swapped"] or 0) > 0:
+            return line
+    return None
+
+
+def summarize_preemption(parsed: ParsedLog) -> str:
+    hits = parsed.signals.get("preemption", ())
+    counts = [
+        int(n) for h in hits for n in re.findall(r"cumulative_preemption=(\d+)", h.line.message)
+    ]
+    count = max(counts) if counts else len(hits) + parsed.log.middle_count("preempted_v0")
+    text = "vLLM started but ran out of KV cache while serving"
+    if count:
+        text += f" ({count:,} preemptions logged)"
+    elif full_kv_stats(parsed) is not None:
+        text += " (KV cache usage at 100% with requests waiting)"
+    return text + (
+        ": requests were preempted and their KV recomputed later, which is the latency cliff "
+        "(time to first token jumps from fractions of a second to many seconds)."
+    )
+
+
+def running_at_full_kv(parsed: ParsedLog) -> int | None:
+    """Requests running when the KV cache first filled up with others waiting."""
+    line = full_kv_stats(parsed)
+    match = None if line is None else _STATS.search(line.message)
+    return None if match is None else int(match["running"])
+
+
+def torch_oom_sizes(message: str) -> tuple[float, float] | None:
+    """(bytes PyTorch tried to allocate, bytes free on the GPU) from its OOM message."""
+    match = _TORCH_SIZES.search(message)
+    if match is None:
+        return None
+    return _bytes(match["tried"], match["tried_unit"]), _bytes(match["free"], match["free_unit"])
+
+
+def _bytes(amount: str, unit: str) -> float:
+    return float(amount) * {"GiB": GIB, "MiB": 2**20, "KiB": 2**10}.get(unit, 1)
+
+
+def torch_oom_processes(message: str) -> dict[int, float]:
+    """PyTorch's OOM message lists every process holding memory on that GPU: pid -> bytes."""
+    return {int(pid): _bytes(amount, unit) for pid, amount, unit in _TORCH_HOLDER.findall(message)}
+
+
+def looks_like_exception(message: str) -> bool:
+    return bool(_EXCEPTION.match(message))
+
+
+def summarize_unknown(parsed: ParsedLog) -> str:
+    other = _other_known_error(parsed)
+    started = parsed.phases.get("serving") or parsed.phases.get("captured")
+    kv, tokens = parsed.figure("kv_cache_bytes"), parsed.figure("kv_cache_tokens")
+    if started and not other:
+        sized = f" with a {_gib(kv)} KV cache" if kv is not None else ""
+        sized += f" ({_num(tokens)} tokens)" if tokens is not None else ""
+        return f"No failure found: vLLM started{sized} and shows no memory error."
+    return f"No memory failure recognised{other}. Found: {_found(parsed)}."
+
+
+def _found(parsed: ParsedLog) -> str:
+    found = []
+    if parsed.version:
+        found.append(f"vLLM {parsed.version}")
+    if parsed.engine:
+        found.append(f"engine {parsed.engine}")
+    if parsed.model():
+        found.append(f"model {parsed.model()}")
+    flags = parsed.flags()
+    if flags:
+        found.append(f"{len(flags)} flag(s)")
+    figures = [name.removesuffix("_bytes") for name in parsed.figures]
+    if figures:
+        found.append("figures: " + ", ".join(sorted(figures)[:6]))
+    return "; ".join(found) if found else "nothing vLLM-specific"
+
+
+def _other_known_error(parsed: ParsedLog) -> str:
+    if parsed.signals.get("max_model_len_exceeds_model"):
+        return (
+            " (max_model_len is larger than the model's own limit in config.json: lower it, "
+            "or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
+    if parsed.signals.get("dtype_unsupported"):
+        return " (this GPU has no bfloat16: add --dtype half)"
+    if parsed.log.is_binary:
+        return " (the input looks binary, not a text log)"
+    return ""
+
+
+# what to do when no flag change can be computed (the model or GPU unknown, no figures logged)
+ADVICE = {
+    kinds.MAX_MODEL_LEN_EXCEEDS_KV_CACHE: (
+        "lower --max-model-len to what the KV cache holds (vLLM's estimate when it printed one), "
+        "or raise --gpu-memory-utilization, or use --kv-cache-dtype fp8"
+    ),
+    kinds.NO_KV_CACHE_MEMORY: (
+        "raise --gpu-memory-utilization: it caps everything vLLM uses (weights, activations, "
+        "CUDA graphs and the KV cache), not only the KV cache; or lower --max-num-seqs / "
+        "--max-num-batched-tokens to shrink the profile run's activation peak"
+    ),
+    kinds.INSUFFICIENT_FREE_MEMORY: (
+        "stop what else holds GPU memory (nvidia-smi lists it), or lower "
+        "--gpu-memory-utilization below the free share of the GPU"
+    ),
+    kinds.WEIGHTS_EXCEED_MEMORY: (
+        "the weights do not fit one GPU: use a quantized checkpoint (AWQ/GPTQ/FP8), more GPUs "
+        "with --tensor-parallel-size, or --cpu-offload-gb"
+    ),
+    kinds.CUDA_OOM_SAMPLER_WARMUP: "lower --max-num-seqs, or --gpu-memory-utilization a little",
+    kinds.CUDA_OOM_CUDA_GRAPH_CAPTURE: (
+        "lower --gpu-memory-utilization by the graph memory (0.5-2 GiB), or --enforce-eager"
+    ),
+    kinds.CUDA_OOM_PROFILE_RUN: "lower --max-num-batched-tokens (or --max-model-len in V0)",
+    kinds.CUDA_OOM_KV_CACHE_ALLOCATION: (
+        "lower --gpu-memory-utilization; check nvidia-smi for other processes"
+    ),
+    kinds.CUDA_OOM_RUNTIME: (
+        "lower --gpu-memory-utilization a little (more headroom for activations) or "
+        "--max-num-batched-tokens"
+    ),
+    kinds.ANOTHER_PROCESS: (
+        "stop the other process, or lower --gpu-memory-utilization so that this instance fits "
+        "beside it"
+    ),
+    kinds.HOST_RAM: (
+        "give the machine or container more RAM (Docker/Kubernetes memory limit), load "
+        "safetensors checkpoints (memory-mapped), and in V0 lower --swap-space; for /dev/shm "
+        "errors run Docker with --ipc=host or a larger --shm-size"
+    ),
+    kinds.PREEMPTION: (
+        "grow the KV pool (--kv-cache-dtype fp8, a higher --gpu-memory-utilization) or admit "
+        "fewer requests at once (--max-num-seqs, or kvwise serve's KV-token admission)"
+    ),
+    kinds.CUDA_OOM: (
+        "the log does not show where memory ran out: run `kvwise doctor` on the whole log from "
+        "start-up (vLLM's memory lines and the traceback), and `kvwise plan` with the same flags "
+        "to see where the memory goes; lowering --gpu-memory-utilization blindly shrinks the KV "
+        "cache and helps only if something outside vLLM's budget ran out"
+    ),
+}

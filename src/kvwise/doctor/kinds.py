@@ -1,0 +1,103 @@
+"""The root-cause vocabulary of `kvwise doctor`.
+
+The first seven are the brief's `error.kind` values (the same strings the planner uses); the
+rest name what a log can show beyond the planner's start-up verdict: an out-of-memory error at a
+start-up stage the log pins down, another process on the GPU, run-time preemption, and unknown.
+"""
+
+from __future__ import annotations
+
+from kvwise.planner.result import (
+    CUDA_OOM_CUDA_GRAPH_CAPTURE,
+    CUDA_OOM_SAMPLER_WARMUP,
+    HOST_RAM,
+    INSUFFICIENT_FREE_MEMORY,
+    MAX_MODEL_LEN_EXCEEDS_KV_CACHE,
+    NO_KV_CACHE_MEMORY,
+    WEIGHTS_EXCEED_MEMORY,
+)
+
+CUDA_OOM = "cuda_oom"  # out of GPU memory, stage not shown
+CUDA_OOM_PROFILE_RUN = "cuda_oom_profile_run"  # the dummy forward pass that measures activations
+CUDA_OOM_KV_CACHE_ALLOCATION = "cuda_oom_kv_cache_allocation"
+CUDA_OOM_RUNTIME = "cuda_oom_runtime"  # after start-up, while serving
+ANOTHER_PROCESS = "another_process"
+PREEMPTION = "preemption"
+UNKNOWN = "unknown"
+
+ALL_KINDS = (
+    MAX_MODEL_LEN_EXCEEDS_KV_CACHE,
+    NO_KV_CACHE_MEMORY,
+    INSUFFICIENT_FREE_MEMORY,
+    WEIGHTS_EXCEED_MEMORY,
+    CUDA_OOM_SAMPLER_WARMUP,
+    CUDA_OOM_CUDA_GRAPH_CAPTURE,
+    HOST_RAM,
+    CUDA_OOM,
+    CUDA_OOM_PROFILE_RUN,
+    CUDA_OOM_KV_CACHE_ALLOCATION,
+    CUDA_OOM_RUNTIME,
+    ANOTHER_PROCESS,
+    PREEMPTION,
+    UNKNOWN,
+)
+
+# start-up stage of an out-of-memory error -> kind
+KIND_OF_STAGE = {
+    "weights": WEIGHTS_EXCEED_MEMORY,
+    "profile_run": CUDA_OOM_PROFILE_RUN,
+    "kv_cache_allocation": CUDA_OOM_KV_CACHE_ALLOCATION,
+    "cuda_graph_capture": CUDA_OOM_CUDA_GRAPH_CAPTURE,
+    "sampler_warmup": CUDA_OOM_SAMPLER_WARMUP,
+    "runtime": CUDA_OOM_RUNTIME,
+}
+
+# the stage that follows the last progress line vLLM printed (start-up order of both engines:
+# load weights -> profile run -> size KV -> allocate KV -> capture graphs -> V1 sampler warm-up)
+_NEXT_STAGE = {
+    "loading": "weights",
+    "weights_loaded": "profile_run",
+    "profiling": "profile_run",
+    "kv_cache_sized": "kv_cache_allocation",
+    "capturing": "cuda_graph_capture",
+    "serving": "runtime",
+}
+
+
+def stage_after_phase(phase: str, engine: str | None) -> str | None:
+    if phase == "captured":
+        # V1 warms the sampler up after capture; V0 was ready to serve
+        return "sampler_warmup" if engine == "V1" else "runtime"
+    return _NEXT_STAGE.get(phase)
+
+
+# Out-of-memory kinds: each names where the memory ran out, when the log shows it
+OOM_KINDS = frozenset(
+    {
+        CUDA_OOM,
+        CUDA_OOM_PROFILE_RUN,
+        CUDA_OOM_KV_CACHE_ALLOCATION,
+        CUDA_OOM_CUDA_GRAPH_CAPTURE,
+        CUDA_OOM_SAMPLER_WARMUP,
+        CUDA_OOM_RUNTIME,
+        WEIGHTS_EXCEED_MEMORY,
+        ANOTHER_PROCESS,
+    }
+)
+
+# The validation set's `failure_kind` -> the kinds that are right for it. The set says
+# `cuda_oom` where its collector did not identify the stage; the doctor names the stage when
+# the log shows one (a traceback frame, the last progress line, another process), so any
+# out-of-memory kind is right there. `oom_reported_no_error_text` is a user's "OOM" without
+# the error: the doctor says cuda_oom (stage unknown) unless the text places it.
+DATASET_KINDS: dict[str, frozenset[str]] = {
+    MAX_MODEL_LEN_EXCEEDS_KV_CACHE: frozenset({MAX_MODEL_LEN_EXCEEDS_KV_CACHE}),
+    NO_KV_CACHE_MEMORY: frozenset({NO_KV_CACHE_MEMORY}),
+    INSUFFICIENT_FREE_MEMORY: frozenset({INSUFFICIENT_FREE_MEMORY}),
+    WEIGHTS_EXCEED_MEMORY: frozenset({WEIGHTS_EXCEED_MEMORY}),
+    CUDA_OOM_SAMPLER_WARMUP: frozenset({CUDA_OOM_SAMPLER_WARMUP}),
+    CUDA_OOM_CUDA_GRAPH_CAPTURE: frozenset({CUDA_OOM_CUDA_GRAPH_CAPTURE}),
+    HOST_RAM: frozenset({HOST_RAM}),
+    "cuda_oom": OOM_KINDS,
+    "oom_reported_no_error_text": OOM_KINDS,
+}

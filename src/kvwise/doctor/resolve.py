@@ -1,0 +1,72 @@
+"""From the names a log uses to the specs the planner needs; failures are reported, not raised.
+
+Logs name models by hub id or by a local path (`/models/Qwen2.5-7B-Instruct`), and GPUs by
+their marketing name, or only by the total memory CUDA reported. The total printed by vLLM is
+the truth for this machine, so it replaces the catalog's figure when both are known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvwise.core.catalog import closest_models, load_model
+from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, find_gpu
+from kvwise.core.models import ModelSpec
+from kvwise.errors import KvwiseError, UnsupportedModelError
+
+
+@dataclass(frozen=True)
+class Resolved:
+    model: ModelSpec | None
+    gpu: GpuSpec | None
+    notes: tuple[str, ...]
+
+
+def resolve(
+    model_name: str | None,
+    gpu_names: tuple[str, ...],
+    total_bytes: float | None,
+    *,
+    free_bytes: float | None = None,
+    model_hint: str | None = None,
+    gpu_hint: str | None = None,
+) -> Resolved:
+    model, model_note = resolve_model(model_hint or model_name)
+    gpu, gpu_note = resolve_gpu(((gpu_hint,) if gpu_hint else ()) + gpu_names, total_bytes)
+    if gpu is not None and free_bytes is not None:
+        gpu = replace(gpu, free_bytes=int(free_bytes))  # another process's share is not free
+    return Resolved(model, gpu, tuple(n for n in (model_note, gpu_note) if n))
+
+
+def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
+    if not name:
+        return None, "the log names no model (pass --model)"
+    candidates = [name, name.rstrip("/")]
+    candidates.append(candidates[-1].rsplit("/", 1)[-1])
+    for candidate in dict.fromkeys(candidates):
+        try:
+            return load_model(candidate), None
+        except UnsupportedModelError as exc:
+            return None, f"model {candidate!r}: {str(exc).split(' (modelled:')[0]}"
+        except KvwiseError:
+            continue
+    close = closest_models(name.rstrip("/").rsplit("/", 1)[-1])
+    hint = f"; closest catalog entries: {', '.join(close)}" if close else ""
+    return None, f"model {name!r} is not in the offline catalog (pass --model){hint}"
+
+
+def resolve_gpu(
+    names: tuple[str, ...], total_bytes: float | None
+) -> tuple[GpuSpec | None, str | None]:
+    for name in names:
+        try:
+            spec = find_gpu(name)
+        except KvwiseError:
+            continue
+        if total_bytes:
+            # the total CUDA reported on this machine beats the catalog's
+            spec = replace(spec, memory_bytes=int(total_bytes), memory_source="the log")
+        return spec, None
+    if total_bytes:
+        return custom_gpu(total_bytes / GIB), None
+    return None, "the log names no GPU and no total GPU memory (pass --gpu)"

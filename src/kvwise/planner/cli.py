@@ -1,0 +1,151 @@
+"""`kvwise plan MODEL --gpu G [vLLM flags]` and `kvwise plan -- vllm serve MODEL --flags...`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
+from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, detect_gpus, find_gpu
+from kvwise.errors import UsageError
+from kvwise.planner.plan import plan
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so the dispatcher prints one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kvwise plan",
+        description="Will vLLM start, how much KV cache does it get, and what does each knob change.",
+        epilog="A pasted command works too: kvwise plan --gpu rtx4090 -- vllm serve MODEL --max-model-len 8192",
+    )
+    parser.add_argument("model", nargs="?", help="HF id, catalog name, local dir or config.json")
+    gpu = parser.add_argument_group("hardware")
+    gpu.add_argument(
+        "--gpu", help="catalog name (rtx4090, a100-80gb, h100...); detected via NVML if omitted"
+    )
+    gpu.add_argument("--gpu-memory-gib", type=float, help="any other card: its total memory in GiB")
+    gpu.add_argument(
+        "--gpu-free-gib",
+        type=float,
+        help="free memory when vLLM starts (other processes on the card)",
+    )
+    gpu.add_argument(
+        "--host-ram-gib", type=float, help="host RAM of the machine, to check for 'Killed'"
+    )
+    parser.add_argument(
+        "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
+    )
+    parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument(
+        "--mem-fraction-static",
+        type=float,
+        help="SGLang only: weights + KV fraction of free memory",
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="what each common knob changes, in numbers"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_vllm_flags(parser)
+    _add_workload_options(parser)
+    return parser
+
+
+def _add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """`--workload ...` turns the question around: which flags serve this workload best."""
+    from kvwise.sim.cli import add_workload_flags
+
+    add_workload_flags(parser, required=False)
+    goals = parser.add_argument_group("recommendation (with --workload)")
+    goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
+    goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")
+    goals.add_argument(
+        "--num-gpus", type=int, default=1, help="GPUs to spread replicas / tensor parallelism over"
+    )
+    goals.add_argument("--seed", type=int, default=0, help="workload seed")
+
+
+def resolve_gpu(args: argparse.Namespace) -> GpuSpec:
+    if args.gpu:
+        gpu = find_gpu(args.gpu)
+        if args.gpu_memory_gib:
+            gpu = custom_gpu(args.gpu_memory_gib, like=gpu)
+    elif args.gpu_memory_gib:
+        gpu = custom_gpu(args.gpu_memory_gib)
+    else:
+        detected = detect_gpus()
+        if not detected:
+            raise UsageError(
+                "no --gpu given and no GPU detected; pass --gpu NAME or --gpu-memory-gib X"
+            )
+        gpu = detected[0]
+    if args.gpu_free_gib is not None:
+        if not 0 <= args.gpu_free_gib <= gpu.memory_gib:
+            raise UsageError(
+                f"--gpu-free-gib must be between 0 and the card's {gpu.memory_gib:.2f} GiB"
+            )
+        gpu = GpuSpec(**{**gpu.__dict__, "free_bytes": int(args.gpu_free_gib * GIB)})
+    return gpu
+
+
+def _split_pasted(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], argv[index + 1 :]
+    return argv, None
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
+    own, pasted = _split_pasted(argv)
+    args = build_parser().parse_args(own)
+    if pasted is not None:
+        command = parse_vllm_command(pasted)
+        flags = flags_from_args(args).merged(**command.flags.set_values())
+        for ignored in command.ignored:
+            print(f"kvwise plan: note: {ignored} is not modelled and was ignored", file=sys.stderr)
+        return args, command.model, flags
+    if not args.model:
+        raise UsageError(
+            "give a MODEL, or paste a command after --: kvwise plan --gpu G -- vllm serve MODEL ..."
+        )
+    return args, args.model, flags_from_args(args)
+
+
+def run(argv: list[str]) -> int:
+    args, model_name, flags = parse(argv)
+    model = load_model(model_name)
+    gpu = resolve_gpu(args)
+    host = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
+    if args.engine == "sglang":
+        from kvwise.planner.sglang import run_sglang
+
+        if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
+            raise UsageError("--mem-fraction-static must be in (0, 1)")
+        return run_sglang(
+            model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
+        )
+    if args.workload:
+        from kvwise.advisor.cli import run_recommend
+
+        return run_recommend(args, model, gpu, flags)
+    result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
+    if args.explain:
+        from kvwise.planner.explain import run_explain
+
+        return run_explain(result, flags, as_json=args.json)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        from rich.console import Console
+
+        from kvwise.planner.report import render
+
+        render(result, Console())
+    return 0 if result.starts else 1

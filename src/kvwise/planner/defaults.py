@@ -1,0 +1,291 @@
+"""vLLM's defaults and rules for a given release: the flag values vLLM would fill in.
+
+The rules are data (`core/data/vllm_versions.json`): each rule set applies from its `since`
+release on, later sets only list what changed. `resolve_flags` turns the user's flags into the
+full set vLLM would run with on this GPU, and rejects combinations vLLM itself rejects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GIB, GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.core.quant import QUANTIZATION_FLAGS
+from kvwise.errors import InvalidFlagError
+from kvwise.planner.result import ResolvedFlags
+
+DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE on CUDA
+V0_CHUNKED_PREFILL_ABOVE = 32768  # V0 turns chunked prefill on for max_model_len > 32K
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """A row of vLLM's default batch sizes: the first row whose conditions hold applies."""
+
+    mnbt: int
+    mns: int
+    min_gib: float = 0.0
+    names: tuple[str, ...] = ()  # GPU name must contain one of these (empty: any)
+    exclude: tuple[str, ...] = ()  # GPU names that never match the row
+
+    def matches(self, gpu: GpuSpec) -> bool:
+        name = gpu.name.upper()
+        if self.names and not any(n.upper() in name for n in self.names):
+            return False
+        if any(n.upper() in name for n in self.exclude):
+            return False
+        return gpu.memory_bytes / GIB >= self.min_gib
+
+
+@dataclass(frozen=True)
+class VersionRules:
+    version: str
+    engine: str  # "V0" or "V1"
+    default_gpu_memory_utilization: float
+    accounting: str  # "per_instance" or "global" (util caps all memory on the device)
+    startup_free_check: bool  # V1 >= 0.9.1: free memory must cover total x util
+    cuda_graph_in_budget: bool  # the graph estimate is deducted from the KV budget (0.20+)
+    batch_tiers: tuple[BatchTier, ...]
+    v0_chunked_mnbt: int  # V0 max_num_batched_tokens default with chunked prefill on
+    v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
+    tokens_formula: str  # how "GPU KV cache size" is computed
+    max_len_wording: str  # wording of the max_model_len error
+    null_block_in_check: bool  # fit checks use available - 1 block (0.29+)
+    default_swap_space_gib: float
+    chunked_prefill: str  # "v0" (optional) or "always"
+    default_prefix_caching: bool
+    cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
+    cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
+    sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
+    v2_runner: str  # Model Runner V2 with persistent penalty state: "none", "dense", "all"
+    has_kv_cache_memory_bytes: bool
+    has_auto_max_model_len: bool
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise InvalidFlagError(f"--vllm-version {text!r} is not a version like 0.19.0")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+@cache
+def _rules_data() -> dict[str, Any]:
+    raw = resources.files("kvwise.core").joinpath("data/vllm_versions.json").read_text()
+    data: dict[str, Any] = json.loads(raw)
+    return data
+
+
+def latest_version() -> str:
+    return str(_rules_data()["latest"])
+
+
+def _merged(version: str) -> dict[str, Any]:
+    wanted = parse_version(version)
+    merged: dict[str, Any] = {}
+    for rule in _rules_data()["rules"]:
+        if parse_version(rule["since"]) <= wanted:
+            merged |= rule
+    if not merged:
+        first = _rules_data()["rules"][0]["since"]
+        raise InvalidFlagError(f"vLLM {version} predates the releases kvwise models (>= {first})")
+    return merged
+
+
+def _tier(raw: dict[str, Any]) -> BatchTier:
+    return BatchTier(
+        mnbt=int(raw["mnbt"]),
+        mns=int(raw["mns"]),
+        min_gib=float(raw.get("min_gib", 0.0)),
+        names=tuple(raw.get("names", ())),
+        exclude=tuple(raw.get("exclude", ())),
+    )
+
+
+def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
+    fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
+    fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
+    return VersionRules(version=version, **fields)
+
+
+def rules_for(version: str | None) -> VersionRules:
+    """The accounting rules of a vLLM release (the latest known one when None)."""
+    version = version or latest_version()
+    return _to_rules(version, _merged(version))
+
+
+def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> VersionRules:
+    """vLLM 0.8-0.10 silently fall back to the V0 engine for some set-ups."""
+    wanted = parse_version(rules.version)
+    if rules.engine != "V1" or wanted >= (0, 10, 2):
+        return rules
+    old_gpu = not gpu.supports_bf16  # compute capability < 8.0 (V100, T4): V0 until 0.10.1
+    fp8_kv = (flags.kv_cache_dtype or "auto").startswith("fp8") and wanted < (0, 9, 0)
+    fp8_kv = fp8_kv and gpu.compute_capability != "9.0"  # 0.8.x: fp8 KV only with FA3 (Hopper)
+    if old_gpu or fp8_kv:
+        return _to_rules(rules.version, _merged(_rules_data()["last_v0_default"]))
+    return rules
+
+
+def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) defaults of `vllm serve` before clamping."""
+    for tier in rules.batch_tiers:
+        if tier.matches(gpu):
+            return tier.mnbt, tier.mns
+    raise AssertionError("the last batch tier has no conditions")
+
+
+def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> str:
+    requested = {"half": "float16", "float": "float32"}.get(flags.dtype or "", flags.dtype)
+    if requested in (None, "auto"):
+        # dtype "auto": the checkpoint's dtype; fp32 checkpoints are downcast to bf16 (fp16
+        # before compute capability 8.0), and bf16 falls back to fp16 where bf16 is unsupported
+        if model.dtype == "float32" or (model.dtype == "bfloat16" and not gpu.supports_bf16):
+            return "bfloat16" if gpu.supports_bf16 else "float16"
+        return model.dtype
+    if requested == "bfloat16" and not gpu.supports_bf16:
+        raise InvalidFlagError(
+            f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"Your {gpu.name} GPU has compute capability {gpu.compute_capability}. "
+            "Use --dtype float16 instead."
+        )
+    assert requested is not None
+    return requested
+
+
+def _check_parallel(model: ModelSpec, tp: int) -> None:
+    if model.num_attention_heads % tp:
+        raise InvalidFlagError(
+            f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
+            f"by tensor parallel size ({tp})."
+        )
+    kv = model.num_kv_heads
+    if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+        raise InvalidFlagError(
+            f"--tensor-parallel-size {tp} does not divide the {kv} KV heads of {model.model_id} "
+            "(and is not a multiple of them)"
+        )
+
+
+def _check_quantization(model: ModelSpec, flags: VllmFlags) -> str | None:
+    method = flags.quantization
+    if model.quant is not None:
+        return method or model.quant.method
+    if method in (None, "fp8", "bitsandbytes"):
+        return method  # fp8 and bitsandbytes can quantize a 16-bit checkpoint while loading
+    raise InvalidFlagError(
+        f"--quantization {method} needs a checkpoint quantized with {method}; "
+        f"{model.model_id} is not (use a quantized variant, or --quantization fp8)"
+    )
+
+
+def _max_model_len(model: ModelSpec, flags: VllmFlags) -> int:
+    derived = model.max_position_embeddings
+    wanted = flags.max_model_len
+    if wanted is None:
+        return derived
+    if wanted != -1 and wanted > derived:
+        raise InvalidFlagError(
+            f"User-specified max_model_len ({wanted}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={derived} in model's config.json). Set "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vLLM to override (at your own risk)."
+        )
+    return wanted  # -1 ("auto") is resolved by the planner once the KV pool is known
+
+
+def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
+    if flags.kv_cache_memory_bytes is not None and not rules.has_kv_cache_memory_bytes:
+        raise InvalidFlagError(
+            f"--kv-cache-memory-bytes does not exist in vLLM {rules.version} (added in 0.10.2)"
+        )
+    if flags.max_model_len == -1 and not rules.has_auto_max_model_len:
+        raise InvalidFlagError(
+            f"--max-model-len auto does not exist in vLLM {rules.version} (added in 0.14.0)"
+        )
+
+
+def resolve_flags(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules
+) -> ResolvedFlags:
+    flags.validate()
+    _check_version_flags(flags, rules)
+    tp = flags.tensor_parallel_size or 1
+    pp = flags.pipeline_parallel_size or 1
+    _check_parallel(model, tp)
+    max_model_len = _max_model_len(model, flags)
+    length_for_defaults = model.max_position_embeddings if max_model_len == -1 else max_model_len
+    if rules.chunked_prefill == "always":
+        chunked = True
+    elif flags.enable_chunked_prefill is not None:
+        chunked = flags.enable_chunked_prefill
+    else:
+        chunked = rules.v0_auto_chunked_prefill and length_for_defaults > V0_CHUNKED_PREFILL_ABOVE
+    mnbt, mns = _batch_defaults(rules, gpu)
+    max_num_seqs = flags.max_num_seqs or mns
+    batched = flags.max_num_batched_tokens
+    if batched is None:
+        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
+        if rules.engine == "V0":
+            batched = rules.v0_chunked_mnbt if chunked else max(length_for_defaults, mnbt)
+        else:
+            batched = mnbt
+        if rules.engine == "V1":
+            batched = min(max_num_seqs * length_for_defaults, batched)
+    if flags.max_num_seqs is None:
+        max_num_seqs = min(max_num_seqs, batched)
+    if batched < max_num_seqs:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
+        )
+    if not chunked and batched < length_for_defaults:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({length_for_defaults}). "
+            "This effectively limits the maximum sequence length to max_num_batched_tokens and "
+            "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or "
+            "decrease max_model_len."
+        )
+    kv_dtype = flags.kv_cache_dtype or "auto"
+    return ResolvedFlags(
+        gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_gpu_memory_utilization,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batched,
+        kv_cache_dtype=kv_dtype,
+        dtype=_runtime_dtype(model, flags, gpu),
+        quantization=_check_quantization(model, flags),
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        enforce_eager=bool(flags.enforce_eager),
+        block_size=flags.block_size or DEFAULT_BLOCK_SIZE,
+        enable_prefix_caching=(
+            rules.default_prefix_caching
+            if flags.enable_prefix_caching is None
+            else flags.enable_prefix_caching
+        ),
+        enable_chunked_prefill=chunked,
+        kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
+        cpu_offload_gb=flags.cpu_offload_gb or 0.0,
+        swap_space=rules.default_swap_space_gib if flags.swap_space is None else flags.swap_space,
+        num_gpu_blocks_override=flags.num_gpu_blocks_override,
+    )
+
+
+def quant_for(model: ModelSpec, resolved: ResolvedFlags) -> Any:
+    """The weight layout vLLM will hold: the checkpoint's own, or one applied while loading."""
+    if model.quant is not None or resolved.quantization is None:
+        return model.quant
+    return QUANTIZATION_FLAGS[resolved.quantization]
+
+
+def default_flags(model: ModelSpec, gpu: GpuSpec, version: str | None) -> ResolvedFlags:
+    """What vLLM picks when no flag is given: the reference for printing only what changed."""
+    rules = engine_rules(rules_for(version), gpu, VllmFlags())
+    return resolve_flags(model, gpu, VllmFlags(), rules)

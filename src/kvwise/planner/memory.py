@@ -1,0 +1,196 @@
+"""The non-KV parts of vLLM's start-up budget, per GPU: weights, activation peak, non-torch
+memory, CUDA graphs, and the CUDA context that lives outside the budget.
+
+The few empirical constants are fitted on real start-up logs in `shared/validation/`
+(`vllm_startup_logs.jsonl`); each constant names the cases it comes from. No case is special-cased.
+"""
+
+from __future__ import annotations
+
+from kvwise.core.gpus import GIB, GpuSpec
+from kvwise.core.models import DTYPE_BYTES, ModelSpec
+from kvwise.core.weights import weight_bytes_per_rank
+from kvwise.planner.defaults import VersionRules, quant_for
+from kvwise.planner.result import ResolvedFlags
+
+# --- activation peak of the profile run -------------------------------------------------------
+# V1 (0.8+): least-squares fit on the vLLM 0.19 H100 sweep (llm-d-planner PR #205 logs: Qwen2.5-7B
+# TP1/TP4, Llama-3.1-8B TP1/TP2, phi-4, granite-3.1-8b, Qwen2.5-72B TP2, Llama-3.3-70B TP2; all
+# max_num_seqs 1024, max_num_batched_tokens 8192). Residuals <= 0.02 GiB; gpt-oss-20b (held
+# out of the fit) is predicted at 2.85 vs 2.87 GiB logged.
+V1_ACTIVATION_BASE_BYTES = 122_000_000  # runner buffers and workspaces independent of the shapes
+V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [MNBT, hidden] tensor
+# The sampler term's bytes per (request x vocab) depend on the release: see the version rules
+# (`sampler_bytes_per_logit`: 27 while the sampler sorted the vocabulary, 14 with Triton top-k/p).
+# V0 (<= 0.7): the profile batch is max_num_batched_tokens tokens through the MLP (gate/up output
+# of 2 x intermediate, plus hidden states): slope exactly 1x that size between vllm#10517's runs
+# (Llama-3.1-8B, RTX 3090: peak 17.06 GiB at 20k, 17.98 GiB at 29k tokens). Without chunked
+# prefill a further term proportional to max_num_seqs x vocab appears (0.70 GiB for 256 x
+# 128,256 in both vllm#10517 and vllm PR #10511: the version rules' 22.8 bytes per logit); with
+# chunked prefill it does not (vllm#10517 at 35k: 0.06 GiB; vllm#13061 at 131k: 0.19 GiB).
+# MoE: the fused-MoE kernel's intermediate caches for max_num_batched_tokens x top-k rows
+# (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
+
+# --- non-torch memory charged to the budget ------------------------------------------------------
+# Per-instance accounting (V0 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase" is 0.24-0.27
+# GiB at TP1 in the 0.19 sweep; 2.06-2.13 GiB per GPU at TP >= 2 on NVLink H100s (custom
+# all-reduce and NCCL buffers). On PCIe cards without P2P (RTX 4090 pairs) the custom all-reduce
+# is off: vllm#13061 logs 0.25 GiB at TP2.
+NON_TORCH_BYTES = int(0.25 * GIB)
+# Global accounting (V0 0.6.4, V1 0.8.0-0.9.0: util caps everything on the device) charges the
+# CUDA context and every other process too: vllm#10517 logs 0.35 GiB with nothing else running.
+GLOBAL_NON_TORCH_BYTES = int(0.35 * GIB)
+MULTI_GPU_NVLINK_EXTRA_BYTES = int(1.85 * GIB)
+NVLINK_MIN_BYTES_S = 100e9  # interconnects at least this fast are NVLink-class
+# Model Runner V2 (0.26+ dense, 0.29+ all) keeps int32 penalty counts for every running slot:
+# int32[max_num_seqs, vocab] (vllm/v1/worker/gpu/sample/penalties.py), consumed memory.
+V2_PENALTY_BYTES_PER_LOGIT = 4
+
+# --- CUDA context: before vLLM's memory snapshot, outside the budget -------------------------------
+CUDA_CONTEXT_BYTES = int(0.5 * GIB)
+
+# --- CUDA graphs ---------------------------------------------------------------------------------------
+# Actual capture ("Graph capturing finished ... took X GiB") in the 0.19 sweep: 0.64-1.84 GiB for
+# 51 piecewise + 51 full graphs. It follows the hidden size (buffers of the largest captured batch)
+# better than the layer count: least squares over the eight dense runs gives residuals <= 0.11 GiB
+# (gemma-3-27b 1.16 vs 1.14, Llama-3.3-70B TP2 1.68 vs 1.79). Scaled by the number of graphs: V0
+# vllm PR #11349 (Llama-3.2-1B, 35 graphs) is predicted at 0.19 vs 0.21 GiB.
+GRAPH_FIXED_BYTES = 0.166 * GIB
+GRAPH_PER_1K_HIDDEN_BYTES = 0.185 * GIB
+REFERENCE_NUM_GRAPHS = 102
+MOE_GRAPH_EXTRA_BYTES = 0.9 * GIB  # Qwen3-30B-A3B 1.41 GiB vs 0.54 for its dense shapes
+# Vision encoders are profiled with dummy images too: gemma-3-27b-it logs 3.99 GiB of activation
+# where its text shapes give 3.70.
+VISION_PROFILE_BYTES = 0.3 * GIB
+# vLLM's pre-capture estimate is below the actual at TP1 (0.61 vs 0.87 GiB for Qwen2.5-7B, 1.30 vs
+# 1.84 for gpt-oss-20b, 1.05 vs 1.14 for gemma-3-27b): about 80 % of it.
+GRAPH_ESTIMATE_FRACTION = 0.8
+# Sampler warm-up after the KV pool is allocated: a transient of ~9 bytes per logit must fit in
+# what is left outside the budget (gpt-oss-20b at 0.95 on H100 failed with 1.6 GiB left for a
+# 1024 x 201,088 logit warm-up; gemma-3-27b started with 2.3 GiB left for 1024 x 262,208).
+# Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile.
+WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
+
+
+def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
+    return DTYPE_BYTES[resolved.dtype]
+
+
+def weights_bytes(model: ModelSpec, resolved: ResolvedFlags) -> int:
+    quant = quant_for(model, resolved)
+    weights = weight_bytes_per_rank(
+        model,
+        tp=resolved.tensor_parallel_size,
+        pp=resolved.pipeline_parallel_size,
+        dtype_bytes=runtime_dtype_bytes(resolved),
+        quant=quant,
+        rotary_cache_len=model.max_position_embeddings,
+    )
+    # --cpu-offload-gb moves that many GiB of weights per GPU to (UVA-mapped) host memory
+    return max(0, weights - int(resolved.cpu_offload_gb * GIB))
+
+
+def _sampler_rows(resolved: ResolvedFlags) -> int:
+    # the dummy batch has min(max_num_seqs, max_num_batched_tokens) requests
+    return min(resolved.max_num_seqs, resolved.max_num_batched_tokens)
+
+
+def _moe_workspace_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
+    moe = model.moe
+    if moe is None:
+        return 0.0
+    rows = resolved.max_num_batched_tokens * moe.num_experts_per_tok
+    inter = moe.expert_intermediate_size / resolved.tensor_parallel_size
+    # gate/up output (2 x intermediate), activation output, down output (hidden) per routed row
+    return rows * (3 * inter + model.hidden_size) * runtime_dtype_bytes(resolved)
+
+
+def _mlp_transient_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
+    inter = model.intermediate_size / resolved.tensor_parallel_size
+    # gate/up output [MNBT, 2 x I] and the activation output [MNBT, I]
+    return resolved.max_num_batched_tokens * 3 * inter * runtime_dtype_bytes(resolved)
+
+
+def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """Transient peak of the profile run above what stays allocated ("torch peak increase")."""
+    dtype_bytes = runtime_dtype_bytes(resolved)
+    tokens = resolved.max_num_batched_tokens
+    logits = _sampler_rows(resolved) * model.vocab_size
+    if rules.engine == "V0":
+        inter = model.intermediate_size / resolved.tensor_parallel_size
+        forward = tokens * (2 * inter + 2 * model.hidden_size) * dtype_bytes
+        sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
+        return int(forward + sampler + _moe_workspace_bytes(model, resolved))
+    hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
+    sampler = rules.sampler_bytes_per_logit * logits
+    peak = max(sampler, _mlp_transient_bytes(model, resolved))
+    vision = VISION_PROFILE_BYTES if model.vision else 0.0
+    return int(
+        V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + _moe_workspace_bytes(model, resolved)
+    )
+
+
+def _uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
+    if rules.v2_runner == "all":
+        return True
+    return rules.v2_runner == "dense" and model.moe is None and not model.is_hybrid
+
+
+def non_torch_bytes(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> int:
+    """Memory charged to the budget besides weights and the activation peak."""
+    if rules.accounting == "global":
+        # the CUDA context and memory held by other processes count against the budget
+        others = gpu.memory_bytes - gpu.free_bytes if gpu.free_bytes is not None else 0
+        charged = GLOBAL_NON_TORCH_BYTES + others
+    else:
+        charged = NON_TORCH_BYTES
+    if resolved.tensor_parallel_size > 1 and gpu.interconnect_bytes_s >= NVLINK_MIN_BYTES_S:
+        charged += MULTI_GPU_NVLINK_EXTRA_BYTES
+    if _uses_v2_runner(model, rules):
+        charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
+    return charged
+
+
+def capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
+    """Batch sizes vLLM captures CUDA graphs for (empty with --enforce-eager)."""
+    if resolved.enforce_eager:
+        return []
+    if rules.cuda_graph_sizes == "v0":
+        # V0: [1, 2, 4] + multiples of 8 up to the smallest candidate >= max_num_seqs (256 max)
+        limit = min(256, -(-resolved.max_num_seqs // 8) * 8) if resolved.max_num_seqs > 4 else 4
+        return [s for s in (1, 2, 4, *range(8, 257, 8)) if s <= limit]
+    if rules.cuda_graph_sizes == "v1_step8_512":
+        max_cap = min(512, resolved.max_num_batched_tokens)
+    else:
+        max_cap = min(resolved.max_num_seqs * 2, 512, resolved.max_num_batched_tokens)
+    if rules.cuda_graph_sizes == "v1_step16":
+        sizes = [1, 2, 4, *range(8, min(max_cap + 1, 256), 8), *range(256, max_cap + 1, 16)]
+    else:
+        sizes = [1, 2, 4, *range(8, max_cap + 1, 8)]
+    return [s for s in sizes if s <= max_cap]
+
+
+def num_graphs(resolved: ResolvedFlags, rules: VersionRules) -> int:
+    sizes = capture_sizes(resolved, rules)
+    if rules.cudagraph_mode == "piecewise":
+        return len(sizes)
+    # FULL_AND_PIECEWISE: a piecewise graph per size and a full graph per uniform-decode size
+    return len(sizes) + sum(1 for s in sizes if s <= resolved.max_num_seqs)
+
+
+def cuda_graph_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """Memory the graph pool takes when captured (0 with --enforce-eager)."""
+    count = num_graphs(resolved, rules)
+    if count == 0:
+        return 0
+    per_hidden = GRAPH_PER_1K_HIDDEN_BYTES * model.hidden_size / 1000
+    moe = MOE_GRAPH_EXTRA_BYTES if model.moe else 0.0
+    return int((GRAPH_FIXED_BYTES + per_hidden + moe) * count / REFERENCE_NUM_GRAPHS)
+
+
+def warmup_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """Transient the sampler warm-up needs after the KV pool is allocated."""
+    per_logit = WARMUP_SHARE_OF_SAMPLER * rules.sampler_bytes_per_logit
+    return int(per_logit * _sampler_rows(resolved) * model.vocab_size)

@@ -1,0 +1,203 @@
+"""`plan()`: vLLM's start-up decisions for one model, GPU and set of flags.
+
+Order follows vLLM's own start-up: free-memory check against the budget, weights, profile run,
+KV pool sizing and the one-request fit check, then CUDA-graph capture and the sampler warm-up
+outside the profiled budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.planner import errors_text, memory
+from kvwise.planner.defaults import VersionRules, engine_rules, resolve_flags, rules_for
+from kvwise.planner.hostram import host_ram_bytes
+from kvwise.planner.kv import (
+    KvLayout,
+    blocks_per_request,
+    estimated_max_model_len,
+    kv_dtype_bytes,
+    kv_layout,
+    kv_tokens,
+)
+from kvwise.planner.result import (
+    KvCapacity,
+    MemoryBreakdown,
+    Plan,
+    PlanError,
+    ResolvedFlags,
+)
+from kvwise.planner.warnings import collect_warnings
+
+
+@dataclass(frozen=True)
+class _NonKv:
+    weights: int
+    activation: int
+    non_torch: int
+    graphs_actual: int
+    graphs_in_budget: int  # the estimate deducted from the budget (0 when outside)
+
+
+def _non_kv(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> _NonKv:
+    graphs = memory.cuda_graph_bytes(model, resolved, rules)
+    in_budget = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if rules.cuda_graph_in_budget else 0
+    return _NonKv(
+        weights=memory.weights_bytes(model, resolved),
+        activation=memory.activation_bytes(model, resolved, rules),
+        non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
+        graphs_actual=graphs,
+        graphs_in_budget=in_budget,
+    )
+
+
+def _free_at_init(gpu: GpuSpec) -> int:
+    """Free memory when vLLM takes its snapshot: after its own CUDA context, minus others' use."""
+    free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
+    return free - memory.CUDA_CONTEXT_BYTES
+
+
+def _available_kv(budget: int, parts: _NonKv, resolved: ResolvedFlags) -> int:
+    if resolved.kv_cache_memory_bytes is not None:
+        return resolved.kv_cache_memory_bytes  # profiling is skipped; the user's size is used
+    return budget - parts.weights - parts.activation - parts.non_torch - parts.graphs_in_budget
+
+
+def _resolve_auto_len(resolved: ResolvedFlags, layout: KvLayout, available: int) -> ResolvedFlags:
+    if resolved.max_model_len != -1:
+        return resolved
+    # --max-model-len auto: the longest length whose one request fits, less the null block
+    fitted = estimated_max_model_len(
+        layout, available - layout.bytes_per_block, resolved.max_num_batched_tokens
+    )
+    return ResolvedFlags(**{**resolved.__dict__, "max_model_len": max(fitted, 0)})
+
+
+def _capacity(
+    layout: KvLayout, available: int, resolved: ResolvedFlags, rules: VersionRules
+) -> KvCapacity:
+    num_blocks = max(available, 0) // layout.bytes_per_block
+    if resolved.num_gpu_blocks_override is not None:
+        num_blocks = resolved.num_gpu_blocks_override
+    per_request = blocks_per_request(
+        layout, resolved.max_model_len, resolved.max_num_batched_tokens
+    )
+    tokens = kv_tokens(
+        layout, num_blocks, resolved.max_model_len, per_request, rules.tokens_formula
+    )
+    return KvCapacity(
+        bytes_per_token=layout.bytes_per_token,
+        block_size=layout.block_size,
+        bytes_per_block=layout.bytes_per_block,
+        num_gpu_blocks=num_blocks,
+        tokens=tokens,
+        max_concurrency=num_blocks / per_request if per_request else 0.0,
+        blocks_per_request=per_request,
+    )
+
+
+def _startup_error(
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    budget: int,
+    parts: _NonKv,
+    available: int,
+    layout: KvLayout,
+    kv: KvCapacity,
+    model: ModelSpec,
+) -> PlanError | None:
+    free = _free_at_init(gpu)
+    if rules.startup_free_check and free < budget:
+        return errors_text.insufficient_free(gpu, free, budget, resolved)
+    if parts.weights > free:
+        return errors_text.weights_exceed(parts.weights, free, resolved)
+    if available - layout.bytes_per_block <= 0 or kv.num_gpu_blocks <= 1:
+        return errors_text.no_kv_cache(rules)
+    needed = kv.blocks_per_request * layout.bytes_per_block
+    usable = available - layout.bytes_per_block if rules.null_block_in_check else available
+    if needed > usable:
+        est = estimated_max_model_len(layout, available, resolved.max_num_batched_tokens)
+        return errors_text.max_len_exceeds(rules, resolved, needed, available, kv, est)
+    # After the KV pool: graphs (beyond what the budget reserved) and the sampler warm-up must
+    # fit in what the budget left free on the device.
+    outside = (
+        free - budget
+        if resolved.kv_cache_memory_bytes is None
+        else free - (parts.weights + parts.activation + parts.non_torch + available)
+    )
+    if outside < 0:
+        # no start-up check (V0, V1 < 0.9.1): the pool is sized past free memory and its
+        # allocation fails
+        return errors_text.kv_allocation_oom(budget, free)
+    graph_excess = parts.graphs_actual - parts.graphs_in_budget
+    if graph_excess > outside:
+        return errors_text.graph_capture_oom(graph_excess, outside)
+    warmup = memory.warmup_bytes(model, resolved, rules)
+    if rules.engine == "V1" and warmup > outside - graph_excess:
+        return errors_text.sampler_warmup_oom(resolved)
+    return None
+
+
+def plan(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    flags: VllmFlags,
+    *,
+    vllm_version: str | None = None,
+    num_gpus: int | None = None,
+    host_ram_available_bytes: int | None = None,
+) -> Plan:
+    """Predict what vLLM logs and decides at start-up (all memory figures per GPU)."""
+    rules = engine_rules(rules_for(vllm_version), gpu, flags)
+    resolved = resolve_flags(model, gpu, flags, rules)
+    parts = _non_kv(model, gpu, resolved, rules)
+    budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
+    dtype_bytes = kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)
+    layout = kv_layout(
+        model,
+        tp=resolved.tensor_parallel_size,
+        pp=resolved.pipeline_parallel_size,
+        block_size=resolved.block_size,
+        dtype_bytes=dtype_bytes,
+    )
+    available = _available_kv(budget, parts, resolved)
+    resolved = _resolve_auto_len(resolved, layout, available)
+    kv = _capacity(layout, available, resolved, rules)
+    error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model)
+    gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
+    host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
+    if error is None and host_ram_available_bytes is not None and host > host_ram_available_bytes:
+        error = errors_text.host_ram(host, host_ram_available_bytes)
+    breakdown = MemoryBreakdown(
+        total_bytes=gpu.memory_bytes,
+        budget_bytes=budget,
+        weights_bytes=parts.weights,
+        activation_peak_bytes=parts.activation,
+        non_torch_bytes=parts.non_torch,
+        cuda_graph_bytes=parts.graphs_actual,
+        kv_cache_bytes=max(available, 0),
+        cuda_graph_in_budget=rules.cuda_graph_in_budget,
+        peak_device_bytes=memory.CUDA_CONTEXT_BYTES
+        + budget
+        + parts.graphs_actual
+        - parts.graphs_in_budget,
+    )
+    result = Plan(
+        model=model,
+        gpu=gpu,
+        num_gpus=num_gpus or gpus_used,
+        vllm_version=rules.version,
+        engine=rules.engine,
+        flags=resolved,
+        memory=breakdown,
+        kv=kv,
+        error=error,
+        host_ram_bytes=host,
+        warnings=(),
+    )
+    return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

@@ -1,0 +1,64 @@
+"""Warnings that go with a plan: things that will start but hurt, or that users misread."""
+
+from __future__ import annotations
+
+from kvwise.core.gpus import GIB
+from kvwise.planner.defaults import VersionRules
+from kvwise.planner.memory import NVLINK_MIN_BYTES_S
+from kvwise.planner.result import Plan
+
+
+def _kv_warnings(plan: Plan) -> list[str]:
+    out = []
+    flags, kv = plan.flags, plan.kv
+    if plan.starts and kv.max_concurrency < 2:
+        out.append(
+            f"only {kv.max_concurrency:.2f} requests of the full max_model_len ({flags.max_model_len}) "
+            "fit the KV pool at once; long requests will queue or be preempted"
+        )
+    if flags.kv_cache_memory_bytes is not None:
+        out.append(
+            "--kv-cache-memory-bytes sets the KV pool directly; gpu_memory_utilization only gates start-up"
+        )
+    if flags.kv_cache_dtype.startswith("fp8") and not plan.gpu.has_fp8:
+        out.append(
+            f"{plan.gpu.name} has no FP8 tensor cores: an fp8 KV cache halves memory but is dequantized to compute"
+        )
+    return out
+
+
+def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
+    out = []
+    flags, mem = plan.flags, plan.memory
+    if flags.tensor_parallel_size > 1 and plan.gpu.interconnect_bytes_s < NVLINK_MIN_BYTES_S:
+        out.append(
+            f"tensor parallelism over {plan.gpu.name} without NVLink: every layer's all-reduce crosses "
+            "PCIe, which slows decoding; replicas per GPU may serve more"
+        )
+    headroom = mem.total_bytes - mem.peak_device_bytes
+    if plan.starts and headroom < 0.5 * GIB:
+        out.append(
+            f"only {headroom / GIB:.2f} GiB of the device stay outside vLLM's footprint; anything else "
+            "on the card (desktop, another process) will make start-up fail"
+        )
+    if not rules.cuda_graph_in_budget and not flags.enforce_eager:
+        out.append(
+            f"vLLM {rules.version} captures CUDA graphs ({mem.cuda_graph_bytes / GIB:.2f} GiB) outside "
+            "gpu_memory_utilization: leave that much free beyond the budget"
+        )
+    return out
+
+
+def _model_warnings(plan: Plan) -> list[str]:
+    out = []
+    if plan.model.quant is not None and plan.flags.dtype == "bfloat16":
+        out.append("quantized kernels (AWQ/GPTQ Marlin) are tuned for float16 activations")
+    if plan.model.is_hybrid:
+        out.append(
+            "hybrid sliding-window model: KV tokens follow vLLM's KV-cache groups, not blocks x 16"
+        )
+    return out
+
+
+def collect_warnings(plan: Plan, rules: VersionRules) -> tuple[str, ...]:
+    return tuple(_kv_warnings(plan) + _device_warnings(plan, rules) + _model_warnings(plan))

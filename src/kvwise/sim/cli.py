@@ -1,0 +1,201 @@
+"""`kvwise simulate MODEL --gpu G [vLLM flags] --workload KIND [workload flags] [--compare ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+from dataclasses import fields, replace
+from typing import Any
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
+from kvwise.core.gpus import GpuSpec, custom_gpu, find_gpu
+from kvwise.errors import UsageError
+from kvwise.sim.deploy import Deployment, deployment
+from kvwise.sim.report import Run, print_report, simulation_json
+from kvwise.sim.runner import SimResult, simulate
+from kvwise.sim.workloads import ARRIVALS, WORKLOAD_KINDS, Workload, WorkloadSpec, build_workload
+
+PROGRESS_ABOVE_REQUESTS = 2000  # show a progress bar for runs this long (on a terminal)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so the dispatcher prints one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kvwise simulate",
+        description="How a workload behaves on a vLLM deployment: latency, throughput, KV use, preemptions.",
+        epilog='Compare configurations: --compare "--max-num-seqs 32" "--kv-cache-dtype fp8"',
+    )
+    parser.add_argument("model", help="HF id, catalog name, local dir or config.json")
+    parser.add_argument("--gpu", help="catalog name (rtx4090, h100, a100-80gb...)")
+    parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its total memory")
+    parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
+    add_vllm_flags(parser)
+    add_workload_flags(parser)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="workload seed (same seed, same result)"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
+    )
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="FLAGS",
+        help='other flag sets to run side by side, e.g. "--max-num-seqs 32"',
+    )
+    return parser
+
+
+def add_workload_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """The workload options shared by `simulate`, `plan --workload` and `bench`."""
+    w = parser.add_argument_group("workload")
+    w.add_argument("--workload", required=required, choices=WORKLOAD_KINDS)
+    w.add_argument("--num-prompts", type=int, default=1000)
+    w.add_argument(
+        "--request-rate",
+        type=float,
+        help="requests (sessions for agent) per second; default: all at once",
+    )
+    w.add_argument("--max-concurrency", type=int, help="at most this many in flight (closed loop)")
+    w.add_argument(
+        "--burstiness", type=float, default=1.0, help="gamma shape of arrivals (1 = Poisson)"
+    )
+    w.add_argument("--arrival", choices=ARRIVALS, default="poisson")
+    w.add_argument("--input-len", type=int, default=1024, help="prompt tokens (sharegpt: mean)")
+    w.add_argument("--output-len", type=int, default=None, help="tokens generated (sharegpt: mean)")
+    w.add_argument("--max-tokens", type=int, help="max_tokens sent (default: the output length)")
+    w.add_argument("--range-ratio", type=float, default=0.0, help="lengths uniform in L(1 +- r)")
+    a = parser.add_argument_group("agent / shared-prefix workloads")
+    a.add_argument("--sessions", type=int, default=10)
+    a.add_argument("--turns", type=int, default=30)
+    a.add_argument("--system-prompt", type=int, default=2000, help="shared system prompt tokens")
+    a.add_argument(
+        "--user-tokens",
+        type=int,
+        default=200,
+        help="new user tokens per turn (shared-prefix: question)",
+    )
+    a.add_argument(
+        "--tool-output", type=int, default=800, help="tool-output tokens before each later turn"
+    )
+    a.add_argument("--think-time-s", type=float, default=2.0, help="mean pause between turns")
+    a.add_argument("--groups", type=int, default=10, help="shared-prefix: distinct system prompts")
+    a.add_argument("--prompts-per-group", type=int, default=5)
+    a.add_argument("--replay", metavar="FILE", help="replay: requests from FILE.jsonl")
+
+
+def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
+    default_output = 512 if args.workload == "agent" else 128
+    return WorkloadSpec(
+        kind=args.workload,
+        num_prompts=args.num_prompts,
+        request_rate=args.request_rate,
+        max_concurrency=args.max_concurrency,
+        burstiness=args.burstiness,
+        arrival=args.arrival,
+        input_len=args.input_len,
+        output_len=args.output_len if args.output_len is not None else default_output,
+        max_tokens=args.max_tokens,
+        range_ratio=args.range_ratio,
+        sessions=args.sessions,
+        turns=args.turns,
+        system_prompt_tokens=args.system_prompt,
+        user_tokens=args.user_tokens,
+        tool_output_tokens=args.tool_output,
+        think_time_s=args.think_time_s,
+        num_groups=args.groups,
+        prompts_per_group=args.prompts_per_group,
+        replay_path=args.replay,
+    ).validate()
+
+
+def _gpu(args: argparse.Namespace) -> GpuSpec:
+    if args.gpu:
+        gpu = find_gpu(args.gpu)
+        return custom_gpu(args.gpu_memory_gib, like=gpu) if args.gpu_memory_gib else gpu
+    if args.gpu_memory_gib:
+        return custom_gpu(args.gpu_memory_gib)
+    raise UsageError("give --gpu NAME (or --gpu-memory-gib X for any other card)")
+
+
+def _compare_flags(base: VllmFlags, text: str) -> VllmFlags:
+    parser = _Parser(prog="--compare", add_help=False)
+    add_vllm_flags(parser)
+    try:
+        args = parser.parse_args(shlex.split(text))
+    except UsageError as exc:
+        raise UsageError(f"--compare {text!r}: {exc}") from exc
+    override = flags_from_args(args)
+    changes = {
+        f.name: getattr(override, f.name)
+        for f in fields(override)
+        if getattr(override, f.name) is not None
+    }
+    return replace(base, **changes).validate()
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    spec = workload_spec(args)
+    model, gpu = load_model(args.model), _gpu(args)
+    base = flags_from_args(args)
+    flag_sets = [("base", base)] + [
+        (text, _compare_flags(base, text)) for text in args.compare or []
+    ]
+    workload = build_workload(spec, random.Random(args.seed))
+    deployments = [
+        (label, deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label))
+        for label, flags in flag_sets
+    ]
+    show_progress = (
+        not args.json and sys.stderr.isatty() and workload.num_requests >= PROGRESS_ABOVE_REQUESTS
+    )
+    runs = [
+        Run(label, dep, _simulate(dep, workload, label, show_progress))
+        for label, dep in deployments
+    ]
+    _check_not_all_rejected([r.result for r in runs])
+    if args.plot:
+        from kvwise.sim.plot import write_plot
+
+        write_plot(args.plot, [(r.label, r.result) for r in runs])
+    if args.json:
+        payload: dict[str, Any] = simulation_json(model.model_id, gpu, spec, args.seed, runs)
+        print(json.dumps(payload, indent=2))
+    else:
+        print_report(model.model_id, gpu, spec, args.seed, runs, plot_path=args.plot)
+    return 0
+
+
+def _simulate(dep: Deployment, workload: Workload, label: str, show_progress: bool) -> SimResult:
+    if not show_progress:
+        return simulate(dep.config, workload)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"simulating {label}", total=workload.num_requests)
+        return simulate(
+            dep.config, workload, on_progress=lambda done: progress.update(task, completed=done)
+        )
+
+
+def _check_not_all_rejected(results: list[SimResult]) -> None:
+    for result in results:
+        metrics = result.metrics
+        if metrics["completed"] == 0 and metrics["rejected"]:
+            max_len = result.config.engine.max_model_len
+            raise UsageError(
+                f"every request exceeds max_model_len ({max_len}): prompt + max_tokens must fit; "
+                "shorten the workload or raise --max-model-len"
+            )

@@ -1,0 +1,112 @@
+"""From a model, a GPU and vLLM flags to a simulated replica, through the planner.
+
+The planner (`kvwise.planner.plan`) resolves vLLM's defaults for the release and sizes the KV
+pool exactly as vLLM would at start-up; this module adds the scheduler behaviours that changed
+across releases and the step-time model for the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.errors import InvalidFlagError
+from kvwise.planner import Plan, plan
+from kvwise.planner.defaults import parse_version
+from kvwise.sim.calibrated import user_calibration
+from kvwise.sim.coefficients import coefficients_for
+from kvwise.sim.engine import EngineConfig
+from kvwise.sim.runner import SimConfig
+from kvwise.sim.steptime import StepTimeCoefficients, step_cost
+
+# Scheduler behaviour by release, as data: (first release, scheduler_reserve_full_isl).
+# vLLM PR #37307 ("schedule requests based on full ISL", merged 2026-03-17) added the whole-
+# sequence admission check, on by default; the first release carrying it is taken as 0.18.0.
+RESERVE_FULL_ISL_SINCE = "0.18.0"
+# --enforce-eager: kernel launches no longer hidden by CUDA graphs, per layer per step. An
+# estimate, not a fit (no eager runs in the validation data): ~10 kernels per decoder layer at
+# ~5 us of launch overhead each, the cost users report as 10-30 % slower decoding of 7-8B models.
+EAGER_LAYER_OVERHEAD_S = 50e-6
+
+
+@dataclass(frozen=True)
+class Deployment:
+    config: SimConfig
+    plan: Plan
+    coefficients_note: str = ""  # where the step-time coefficients come from, for reports
+
+
+def _reserve_full_isl(version: str) -> bool:
+    return parse_version(version) >= parse_version(RESERVE_FULL_ISL_SINCE)
+
+
+def _uses_fp8_compute(model: ModelSpec, gpu: GpuSpec) -> bool:
+    """W8A8 FP8 checkpoints run their GEMMs on FP8 tensor cores where the GPU has them."""
+    return model.quant is not None and model.quant.method == "fp8" and gpu.has_fp8
+
+
+def deployment(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    flags: VllmFlags,
+    *,
+    vllm_version: str | None = None,
+    coefficients: StepTimeCoefficients | None = None,
+    num_gpu_blocks: int | None = None,
+    num_scheduler_steps: int = 1,
+    label: str = "",
+) -> Deployment:
+    """The replica vLLM would start with these flags; InvalidFlagError if it would not start.
+
+    `num_gpu_blocks` replaces the planner's KV pool when the real one is known (a vLLM log).
+    `num_scheduler_steps` is V0's multi-step scheduling (`--num-scheduler-steps`, 0.5-0.7).
+    """
+    result = plan(model, gpu, flags, vllm_version=vllm_version)
+    if result.error is not None and num_gpu_blocks is None:
+        raise InvalidFlagError(f"vLLM would not start: {result.error.message}")
+    resolved = result.flags
+    engine = EngineConfig(
+        num_gpu_blocks=num_gpu_blocks or result.kv.num_gpu_blocks,
+        block_size=resolved.block_size,
+        max_num_seqs=resolved.max_num_seqs,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_model_len=resolved.max_model_len,
+        enable_prefix_caching=resolved.enable_prefix_caching,
+        enable_chunked_prefill=resolved.enable_chunked_prefill,
+        reserve_full_isl=_reserve_full_isl(result.vllm_version),
+        is_v0=result.engine == "V0",
+        num_scheduler_steps=num_scheduler_steps if result.engine == "V0" else 1,
+    )
+    # pipeline stages run one after the other for a step's batch: every stage's weights are
+    # read in turn (the planner's figure is the heaviest stage)
+    cost = step_cost(
+        model,
+        gpu,
+        weight_bytes_per_rank=result.memory.weights_bytes * resolved.pipeline_parallel_size,
+        kv_bytes_per_token=result.kv.bytes_per_token * resolved.pipeline_parallel_size,
+        tensor_parallel_size=resolved.tensor_parallel_size,
+        use_fp8_compute=_uses_fp8_compute(model, gpu),
+    )
+    chosen, note = _coefficients(model, gpu, resolved.tensor_parallel_size, coefficients)
+    if resolved.enforce_eager:
+        # without CUDA graphs every layer's kernels are launched from Python each step (the
+        # fitted sets come from runs with graphs)
+        chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
+    config = SimConfig(engine, cost, chosen, label)
+    return Deployment(config, result, note)
+
+
+def _coefficients(
+    model: ModelSpec, gpu: GpuSpec, tp: int, given: StepTimeCoefficients | None
+) -> tuple[StepTimeCoefficients, str]:
+    """Given coefficients, else the user's calibration (`kvwise calibrate`), else shipped ones."""
+    if given is not None:
+        return given, "step time: coefficients given by the caller"
+    calibrated = user_calibration(gpu.name, model.model_id)
+    if calibrated is not None:
+        return calibrated
+    return coefficients_for(
+        gpu, tp
+    ), f"step time: shipped coefficients for {gpu.name} (not calibrated)"

@@ -1,0 +1,388 @@
+"""The discrete-event loop: arrivals, engine steps, and what each step leaves behind.
+
+Time advances by whole engine steps while there is work, and jumps to the next arrival when
+there is none. Requests that arrive during a step are seen at the next step boundary (vLLM's
+engine core polls its input queue between steps).
+
+Three ways to run a step, all with the same outcome bit for bit (tests/sim/test_engine.py runs
+workloads both ways and compares the JSON):
+* reference: `Scheduler.schedule` over explicit counters (always used with `fast=False`, and
+  whenever the fast path's conditions do not hold);
+* fast: decoding requests stay implicit in a `DecodeCohort`; only requests with an event this
+  step (a new block, the last token) and partial prefills are touched;
+* pure decode: consecutive steps in which nothing but decoding can happen run in a tight loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvwise.sim.cohort import DecodeCohort
+from kvwise.sim.kv_cache_manager import KVCacheManager
+from kvwise.sim.records import ITL_BINS_PER_E, ItlBin, StepLog
+from kvwise.sim.request import Request, Status
+from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
+from kvwise.sim.steptime import StepWeights
+
+MAX_SAMPLES = 2000  # time-series points kept (older ones are thinned by halves)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One vLLM replica as the scheduler sees it (numbers from the planner, or given)."""
+
+    num_gpu_blocks: int  # as vLLM logs it, including the null block
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    reserve_full_isl: bool = True
+    is_v0: bool = False
+    num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
+
+    def __post_init__(self) -> None:
+        # vLLM refuses to start unless one request of max_model_len fits the pool (less the
+        # null block); without that a lone request could wait forever
+        usable_tokens = (self.num_gpu_blocks - 1) * self.block_size
+        if usable_tokens < self.max_model_len:
+            raise ValueError(
+                f"a KV pool of {usable_tokens} tokens cannot hold one max_model_len "
+                f"({self.max_model_len}) request; vLLM would not start"
+            )
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_model_len=self.max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill and not self.is_v0,
+            reserve_full_isl=self.reserve_full_isl,
+            is_v0=self.is_v0,
+            num_scheduler_steps=self.num_scheduler_steps,
+        )
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig,
+        weights: StepWeights,
+        *,
+        on_done: Callable[[Request], None],
+        fast: bool = True,
+        record_steps: bool = False,
+    ) -> None:
+        self.config = config
+        self.weights = weights
+        self.on_done = on_done  # called once per request: finished or rejected
+        self.fast = fast and not config.is_v0
+        self.kv_cache = KVCacheManager(
+            config.num_gpu_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            max_model_len=config.max_model_len,
+        )
+        self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+        self.step_end_s = array("d")
+        self.cohort = DecodeCohort(self.kv_cache, self.step_end_s)
+        self.scheduler.before_preempt = self._before_preempt
+        self.step_log = StepLog() if record_steps else None
+        self.now = 0.0
+        self.step_index = 0
+        self._arrivals: list[tuple[float, int, Request]] = []
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+        # accumulated over steps
+        self.busy_s = 0.0
+        self.kv_block_s = 0.0  # used blocks x seconds
+        self.max_used_blocks = 0
+        self.itl_hist: dict[int, int] = {}
+        self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
+        self.sample_interval_s = 0.05
+        self._next_sample_s = 0.0
+        self.on_progress: Callable[[int], None] | None = None  # requests done, now and then
+
+    # -- input -----------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        """Queue a request that reaches the engine at `request.arrival_s`."""
+        heapq.heappush(self._arrivals, (request.arrival_s, request.request_id, request))
+
+    def _admit_arrivals(self) -> None:
+        arrivals, now, max_model_len = self._arrivals, self.now, self.config.max_model_len
+        while arrivals and arrivals[0][0] <= now:
+            request = heapq.heappop(arrivals)[2]
+            if request.num_prompt_tokens + request.max_tokens > max_model_len:
+                # vLLM's API server answers 400: prompt + max_tokens exceed max_model_len
+                request.status = Status.REJECTED
+                request.finish_s = now
+                self.rejected.append(request)
+                self.on_done(request)
+                continue
+            request.arrival_step = self.step_index
+            self.scheduler.add_request(request)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        scheduler = self.scheduler
+        while True:
+            self._admit_arrivals()
+            if not scheduler.running and not scheduler.waiting:
+                if not self._arrivals:
+                    return
+                self.now = max(self.now, self._arrivals[0][0])  # idle until the next arrival
+                continue
+            if self.fast and self._pure_decode_ready():
+                self._run_pure_decode()
+            else:
+                self._step()
+
+    def _step(self) -> None:
+        step, start = self.step_index, self.now
+        cohort = self.cohort
+        if self.fast and self._fast_eligible():
+            plan, num_lazy = self._schedule_fast(step), len(cohort)
+        else:
+            cohort.materialize_all(step)
+            plan, num_lazy = self.scheduler.schedule(), 0
+        assert plan.num_scheduled_reqs or len(cohort) or self.scheduler.running, "engine stalled"
+        for request in plan.scheduled:
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = start
+        num_tokens = plan.num_prefill_tokens + plan.num_decode_tokens
+        step_s = self.weights.step_s(
+            num_tokens, plan.prefill_attention_x2, plan.decode_context, plan.num_scheduled_reqs
+        )
+        if self.step_log is not None:
+            self.step_log.add(
+                start,
+                num_tokens,
+                plan.prefill_attention_x2,
+                plan.decode_context,
+                plan.num_scheduled_reqs,
+            )
+        self._end_step(step_s, num_lazy)
+        self._apply_outputs(plan, step, step_s)
+
+    def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
+        now, cohort, scheduler = self.now, self.cohort, self.scheduler
+        done: list[Request] = []
+        for request in cohort.take_finishes(step):
+            cohort.leave(request, step + 1)  # its last token came out of this step
+            scheduler.finish(request)
+            done.append(request)
+        produced, finished = scheduler.update_after_step(plan)
+        for request in produced:
+            if request.first_token_s is None:
+                request.first_token_s = now
+                request.first_token_step = step
+            else:
+                gap_s = step_s if request.last_step == step - 1 else now - request.last_token_s
+                self._add_itl(gap_s, 1)
+            request.last_token_s = now
+            request.last_step = step
+            if self.fast and request.status is Status.RUNNING:
+                cohort.join(request, step + 1)
+        for request in (*done, *finished):
+            request.finish_s = now
+            self.finished.append(request)
+            self.on_done(request)
+
+    def _end_step(self, step_s: float, num_lazy_decodes: int) -> None:
+        self.now += step_s
+        self.step_end_s.append(self.now)
+        self.step_index += 1
+        self.busy_s += step_s
+        used = self.config.num_gpu_blocks - 1 - self.kv_cache.pool.num_free_blocks
+        self.kv_block_s += used * step_s
+        if used > self.max_used_blocks:
+            self.max_used_blocks = used
+        if num_lazy_decodes:
+            self._add_itl(step_s, num_lazy_decodes)
+        if self.now >= self._next_sample_s:
+            self._sample()
+
+    def _add_itl(self, gap_s: float, count: int) -> None:
+        key = int(math.log(gap_s) * ITL_BINS_PER_E) if gap_s > 0 else -(10**9)
+        self.itl_hist[key] = self.itl_hist.get(key, 0) + count
+
+    def _sample(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress(len(self.finished) + len(self.rejected))
+        scheduler = self.scheduler
+        self.samples.append(
+            (self.now, self.kv_cache.pool.usage, len(scheduler.running), len(scheduler.waiting))
+        )
+        self._next_sample_s = self.now + self.sample_interval_s
+        if len(self.samples) > MAX_SAMPLES:  # keep every other point, sample half as often
+            self.samples = self.samples[::2]
+            self.sample_interval_s *= 2
+
+    # -- fast paths ------------------------------------------------------------------------
+
+    def _before_preempt(self, request: Request) -> None:
+        if request.request_id in self.cohort.members:
+            self.cohort.leave(request, self.step_index)
+
+    def _fast_eligible(self) -> bool:
+        """Every implicit decoder gets its token this step, ahead of any explicit request."""
+        running, members = self.scheduler.running, self.cohort.members
+        if len(members) > self.config.max_num_batched_tokens:
+            return False
+        num_explicit = len(running) - len(members)
+        if num_explicit:
+            for count, request in enumerate(reversed(running.values())):
+                if count == num_explicit:
+                    break
+                if request.request_id in members:
+                    return False
+        return True
+
+    def _explicit_tail(self) -> list[Request]:
+        running, members = self.scheduler.running, self.cohort.members
+        num_explicit = len(running) - len(members)
+        tail: list[Request] = []
+        for request in reversed(running.values()):
+            if len(tail) == num_explicit:
+                break
+            tail.append(request)
+        tail.reverse()
+        return tail
+
+    def _schedule_fast(self, step: int) -> StepPlan:
+        scheduler, cohort = self.scheduler, self.cohort
+        plan = StepPlan()
+        stopped = not self._grant_blocks(step, plan)
+        num_lazy = len(cohort)
+        budget = self.config.max_num_batched_tokens - num_lazy
+        if not stopped:
+            budget = scheduler.schedule_running(plan, self._explicit_tail(), budget)
+        if not plan.num_preempted:
+            scheduler.admit_waiting(plan, budget)
+        scheduler.advance_computed(plan)
+        plan.num_decode_tokens += num_lazy
+        plan.decode_context += cohort.decode_context(step)
+        plan.num_scheduled_reqs += num_lazy
+        return plan
+
+    def _grant_blocks(self, step: int, plan: StepPlan) -> bool:
+        """New blocks for the decoders that need one at this step, in running order; on a
+        shortage the reference allocation preempts the newest. False if a decoder preempted
+        itself (vLLM's running loop stops there)."""
+        cohort, kv_cache = self.cohort, self.kv_cache
+        group = cohort.needing_blocks(step)
+        if len(group) <= kv_cache.pool.num_free_blocks:
+            kv_cache.pool.grant_blocks(group)
+            return True
+        for request in list(group):
+            if request.request_id not in cohort.members or kv_cache.append_block(request):
+                continue  # preempted earlier in this step, or served
+            cohort.sync(request, step)
+            if kv_cache.enable_prefix_caching and request.is_shareable:  # as the reference path
+                kv_cache.cache_full_blocks(request, request.num_computed_tokens)
+            if not self.scheduler.allocate_or_preempt(request, 1, plan):
+                return False
+        return True
+
+    def _pure_decode_ready(self) -> bool:
+        """Nothing but the implicit decoders can run at this step boundary."""
+        cohort, scheduler = self.cohort, self.scheduler
+        if not cohort.members or len(cohort.members) != len(scheduler.running):
+            return False
+        step = self.step_index
+        if cohort.next_finish_step() == step:
+            return False
+        if len(cohort.needing_blocks(step)) > self.kv_cache.pool.num_free_blocks:
+            return False
+        budget = self.config.max_num_batched_tokens - len(cohort.members)
+        if budget < 0:
+            return False
+        # a blocked queue head stays blocked: no block is freed and no budget or seat appears
+        # before the next finish
+        return not scheduler.waiting or not scheduler.can_admit_head(budget)
+
+    def _run_pure_decode(self) -> None:
+        """Decode-only steps in a tight loop, until an arrival, a finish, or a block shortage."""
+        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
+        num_decode = len(cohort.members)
+        step = self.step_index
+        next_finish = cohort.next_finish_step()
+        last_step = next_finish if next_finish is not None else step + 10**12
+        next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
+        context = cohort.decode_context(step)
+        groups, block_size = cohort.phase_groups, cohort.block_size
+        # StepWeights.step_s(num_decode, 0, context, num_decode) with its constant part hoisted:
+        # the same float operations in the same order, so the same result bit for bit
+        excess = w.gemm_token_s * num_decode - w.weight_read_s
+        fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
+        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
+        if self.step_log is not None or self.on_progress is not None:
+            self._pure_decode_steps(step, last_step, next_arrival_s, context, fixed_s)
+            return
+        # _end_step inlined, with the same float operations in the same order
+        usable = self.config.num_gpu_blocks - 1
+        used = usable - pool.num_free_blocks
+        now, busy_s, kv_block_s, max_used = (
+            self.now,
+            self.busy_s,
+            self.kv_block_s,
+            self.max_used_blocks,
+        )
+        append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
+        itl = ItlBin()
+        while step < last_step and now < next_arrival_s:
+            group = groups[step % block_size]
+            if group:
+                if len(group) > pool.num_free_blocks:
+                    break
+                pool.grant_blocks(group)
+                used = usable - pool.num_free_blocks
+                if used > max_used:
+                    max_used = used
+            step_s = fixed_s + context_token_s * context + reqs_s
+            now += step_s
+            append_end(now)
+            busy_s += step_s
+            kv_block_s += used * step_s
+            if not itl.lo <= step_s < itl.hi:
+                itl.flush(hist)
+                itl.start(step_s)
+            itl.count += num_decode
+            step += 1
+            context += num_decode
+            if now >= next_sample_s:
+                self.now, self.step_index = now, step
+                self._sample()
+                next_sample_s = self._next_sample_s
+        itl.flush(hist)
+        self.now, self.step_index, self.busy_s, self.kv_block_s = now, step, busy_s, kv_block_s
+        self.max_used_blocks = max_used
+
+    def _pure_decode_steps(
+        self, step: int, last_step: int, next_arrival_s: float, context: int, fixed_s: float
+    ) -> None:
+        """The same loop through `_end_step`, when steps are logged or progress reported."""
+        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
+        num_decode = len(cohort.members)
+        groups, block_size = cohort.phase_groups, cohort.block_size
+        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
+        log = self.step_log
+        while step < last_step and self.now < next_arrival_s:
+            group = groups[step % block_size]
+            if group:
+                if len(group) > pool.num_free_blocks:
+                    break
+                pool.grant_blocks(group)
+            step_s = fixed_s + context_token_s * context + reqs_s
+            if log is not None:
+                log.add(self.now, num_decode, 0, context, num_decode)
+            self._end_step(step_s, num_decode)
+            step += 1
+            context += num_decode

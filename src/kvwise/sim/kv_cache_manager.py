@@ -1,0 +1,169 @@
+"""Per-request block bookkeeping over the pool, as vLLM V1's `KVCacheManager` does it.
+
+`get_computed_blocks` finds the longest cached prefix of full blocks (never the last token: at
+least one token is computed so that the model yields logits). `allocate_slots` gives a request
+the blocks for its next `num_new_tokens`, or returns False and changes nothing when the pool
+cannot supply them; it then registers the request's newly full blocks in the prefix cache (vLLM
+caches blocks when they are allocated for tokens being scheduled, before they are computed).
+Blocks of a request no other request can share (`Request.is_shareable` false) are registered
+only when it is preempted: no lookup could find them before, so nothing observable changes.
+"""
+
+from __future__ import annotations
+
+from kvwise.sim.block_pool import BlockPool
+from kvwise.sim.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _truncate(hits: list[int], index_of: dict[int, int], length: int) -> None:
+    for block_id in hits[length:]:
+        del index_of[block_id]
+    del hits[length:]
+
+
+class KVCacheManager:
+    __slots__ = ("block_size", "enable_prefix_caching", "max_model_len", "pool")
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool,
+        max_model_len: int,
+    ) -> None:
+        self.pool = BlockPool(num_gpu_blocks)
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.max_model_len = max_model_len
+
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        """Cached blocks for the request's longest cached prefix (at most num_tokens - 1 tokens).
+
+        A blocked queue head is looked up at every step; the previous answer is reused while
+        none of its blocks has been evicted since, and only extended (the same result as a
+        fresh walk from the first block).
+        """
+        if not self.enable_prefix_caching or not (request.is_shareable or request.num_preemptions):
+            return []  # nobody registered these tokens: no other request has them
+        block_size, pool = self.block_size, self.pool
+        max_blocks = (request.num_tokens - 1) // block_size
+        hits = self._still_valid_hits(request)
+        index_of = request.lookup_index
+        hashes, lookup = request.block_hashes, pool.cached.get
+        if len(hits) > max_blocks:
+            _truncate(hits, index_of, max_blocks)
+        for index in range(len(hits), max_blocks):
+            if index >= len(hashes):
+                request.ensure_block_hashes(index + 1, block_size)
+            block_id = lookup(hashes[index])
+            if block_id is None:
+                break
+            hits.append(block_id)
+            index_of[block_id] = index
+        request.lookup_log_pos = len(pool.eviction_log)
+        return list(hits)
+
+    def _still_valid_hits(self, request: Request) -> list[int]:
+        """The memoised hits, cut at the first one evicted since the memo was taken."""
+        if request.lookup_log_pos < 0:
+            request.lookup_hits, request.lookup_index = [], {}
+            return request.lookup_hits
+        hits, index_of = request.lookup_hits, request.lookup_index
+        log = self.pool.eviction_log
+        if hits and len(log) > request.lookup_log_pos:
+            evicted = log[request.lookup_log_pos :]
+            cut = min((index_of[b] for b in evicted if b in index_of), default=len(hits))
+            _truncate(hits, index_of, cut)
+        return hits
+
+    def blocks_needed(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        computed_blocks: list[int],
+        full_sequence_must_fit: bool,
+    ) -> int:
+        """Free blocks that allocating `num_new_tokens` (after the cache hits) would consume.
+
+        With `full_sequence_must_fit` (vLLM's `scheduler_reserve_full_isl`, for admissions),
+        the whole current sequence must fit, not only this step's chunk. Cache hits that sit in
+        the free queue count too: touching them takes them out of it.
+        """
+        block_size = self.block_size
+        num_computed = request.num_computed_tokens + len(computed_blocks) * block_size
+        check_tokens = min(num_computed + num_new_tokens, self.max_model_len)
+        if full_sequence_must_fit:
+            check_tokens = max(check_tokens, min(request.num_tokens, self.max_model_len))
+        required = cdiv(check_tokens, block_size) - len(request.block_ids) - len(computed_blocks)
+        if computed_blocks:
+            required += self.pool.num_evictable(computed_blocks)
+        return required
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        computed_blocks: list[int] | None = None,
+        *,
+        full_sequence_must_fit: bool = False,
+    ) -> bool:
+        """Blocks for `num_new_tokens` more tokens (after any cache hits), or False if none fit."""
+        pool, block_size = self.pool, self.block_size
+        hits = computed_blocks or []
+        needed = self.blocks_needed(request, num_new_tokens, hits, full_sequence_must_fit)
+        if needed > pool.num_free_blocks:
+            return False
+        if hits:
+            pool.touch(hits)
+            request.block_ids.extend(hits)
+            request.num_cached_blocks = len(request.block_ids)
+        num_computed = request.num_computed_tokens + len(hits) * block_size
+        need_slot = min(num_computed + num_new_tokens, self.max_model_len)
+        num_new_blocks = cdiv(need_slot, block_size) - len(request.block_ids)
+        if num_new_blocks > 0:
+            request.block_ids.extend(pool.get_new_blocks(num_new_blocks))
+        if self.enable_prefix_caching and request.is_shareable:
+            self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        return True
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Register the request's blocks that `num_tokens` fill completely."""
+        num_full = num_tokens // self.block_size
+        start = request.num_cached_blocks
+        if num_full <= start:
+            return
+        request.ensure_block_hashes(num_full, self.block_size)
+        hashes, block_ids = request.block_hashes, request.block_ids
+        block_hash, cached = self.pool.block_hash, self.pool.cached
+        for index in range(start, num_full):
+            block_id, value = block_ids[index], hashes[index]
+            # BlockPool.cache_block, inlined: first registration of a hash wins
+            if block_hash[block_id] is None and value not in cached:
+                block_hash[block_id] = value
+                cached[value] = block_id
+        request.num_cached_blocks = num_full
+
+    def append_block(self, request: Request) -> bool:
+        """A decoding request's next block, without touching the prefix cache (the caller
+        registers the request's full blocks later, before anyone could look them up)."""
+        block_id = self.pool.get_new_block()
+        if block_id is None:
+            return False
+        request.block_ids.append(block_id)
+        return True
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks, tail first, so that its tail is evicted first."""
+        self.pool.free_blocks(reversed(request.block_ids))
+        request.block_ids = []
+        request.num_cached_blocks = 0
+        request.lookup_log_pos = -1

@@ -1,0 +1,161 @@
+"""What `kvwise simulate` prints: a rich table (one column per configuration) or JSON.
+
+JSON: the base configuration's metrics at the top level under vLLM's `bench serve
+--save-result` keys (so they diff against a real run), the deployment and workload next to
+them, and `compare` (a list of {label, config, metrics}) when several configurations ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvwise.core.gpus import GpuSpec
+from kvwise.sim.deploy import Deployment
+from kvwise.sim.runner import SimResult
+from kvwise.sim.workloads import WorkloadSpec
+
+QUEUEING_TTFT_OVER_TPOT = 5.0  # median TTFT this many TPOTs: requests wait many steps
+QUEUEING_MIN_TTFT_MS = 500.0  # and long enough for a user to notice
+
+# (label, metric key, format) rows of the table
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("completed / rejected", "", ""),
+    ("duration (s)", "duration", "{:.1f}"),
+    ("requests/s", "request_throughput", "{:.2f}"),
+    ("output tokens/s", "output_throughput", "{:.0f}"),
+    ("TTFT mean / median / p99 (ms)", "ttft", ""),
+    ("TPOT mean / median / p99 (ms)", "tpot", ""),
+    ("ITL mean / median (ms)", "itl", ""),
+    ("E2E mean / median / p99 (s)", "e2el", ""),
+    ("queue time mean (ms)", "mean_queue_ms", "{:.0f}"),
+    ("preemptions", "num_preemptions", "{:d}"),
+    ("KV use max / mean", "kv", ""),
+    ("prefix-cache hit rate", "prefix_cache_hit_rate", "{:.0%}"),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    deployment: Deployment
+    result: SimResult
+
+
+def config_json(dep: Deployment) -> dict[str, Any]:
+    engine, plan = dep.config.engine, dep.plan
+    return {
+        "vllm_version": plan.vllm_version,
+        "engine": plan.engine,
+        "flags": asdict(plan.flags),
+        "num_gpu_blocks": engine.num_gpu_blocks,
+        "block_size": engine.block_size,
+        "kv_tokens": (engine.num_gpu_blocks - 1) * engine.block_size,
+        "step_time_coefficients": dep.config.coefficients.to_json(),
+    }
+
+
+def simulation_json(
+    model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, runs: list[Run]
+) -> dict[str, Any]:
+    base = runs[0]
+    payload: dict[str, Any] = {
+        "model": model_id,
+        "gpu": {"name": gpu.name, "memory_gib": round(gpu.memory_gib, 3)},
+        "workload": asdict(spec),
+        "seed": seed,
+        "config": config_json(base.deployment),
+    }
+    payload |= _rounded(base.result.metrics)
+    if len(runs) > 1:
+        payload["compare"] = [
+            {
+                "label": r.label,
+                "config": config_json(r.deployment),
+                "metrics": _rounded(r.result.metrics),
+            }
+            for r in runs
+        ]
+    return payload
+
+
+def _rounded(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
+
+
+def _cell(metrics: dict[str, Any], key: str, fmt: str) -> str:
+    m = metrics
+    if key == "":
+        return f"{m['completed']} / {m['rejected']}"
+    if key in ("ttft", "tpot"):
+        return f"{m[f'mean_{key}_ms']:.0f} / {m[f'median_{key}_ms']:.0f} / {m[f'p99_{key}_ms']:.0f}"
+    if key == "itl":
+        return f"{m['mean_itl_ms']:.1f} / {m['median_itl_ms']:.1f}"
+    if key == "e2el":
+        return f"{m['mean_e2el_ms'] / 1000:.2f} / {m['median_e2el_ms'] / 1000:.2f} / {m['p99_e2el_ms'] / 1000:.2f}"
+    if key == "kv":
+        return f"{m['max_kv_usage']:.0%} / {m['mean_kv_usage']:.0%}"
+    return fmt.format(m[key])
+
+
+def verdicts(result: SimResult) -> list[str]:
+    """Plain-language findings: preemption, queueing, rejections."""
+    m, found = result.metrics, []
+    if m["rejected"]:
+        limit = result.config.engine.max_model_len
+        found.append(
+            f"{m['rejected']} requests rejected (prompt + max_tokens > max_model_len {limit})"
+        )
+    if m["num_preemptions"]:
+        found.append(
+            f"KV pool full: {m['num_preemptions']} preemptions (recomputed from scratch) "
+            f"hit {m['num_preempted_requests']} requests"
+        )
+    ttft, tpot = m["median_ttft_ms"], m["median_tpot_ms"]
+    if ttft > QUEUEING_MIN_TTFT_MS and ttft > QUEUEING_TTFT_OVER_TPOT * tpot:
+        found.append(
+            f"requests queue: median TTFT {m['median_ttft_ms'] / 1000:.2f} s, "
+            f"{m['mean_queue_ms'] / 1000:.2f} s waiting on average"
+        )
+    return found
+
+
+def print_report(
+    model_id: str,
+    gpu: GpuSpec,
+    spec: WorkloadSpec,
+    seed: int,
+    runs: list[Run],
+    *,
+    plot_path: str | None = None,
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    plan = runs[0].deployment.plan
+    console.print(
+        f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), vLLM {plan.vllm_version} ({plan.engine})"
+    )
+    console.print(f"workload: {runs[0].result.workload.description} (seed {seed})")
+    for run in runs:
+        e = run.deployment.config.engine
+        tokens = (e.num_gpu_blocks - 1) * e.block_size
+        console.print(
+            f"  {run.label}: KV pool {e.num_gpu_blocks:,} blocks x {e.block_size} = {tokens:,} tokens, "
+            f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
+            f"max_model_len {e.max_model_len:,}"
+        )
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("metric")
+    for run in runs:
+        table.add_column(run.label, justify="right")
+    for label, key, fmt in ROWS:
+        table.add_row(label, *(_cell(r.result.metrics, key, fmt) for r in runs))
+    console.print(table)
+    for run in runs:
+        for finding in verdicts(run.result):
+            prefix = f"{run.label}: " if len(runs) > 1 else ""
+            console.print(f"[yellow]![/] {prefix}{finding}")
+    if plot_path:
+        console.print(f"charts: {plot_path}")

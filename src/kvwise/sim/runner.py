@@ -1,0 +1,180 @@
+"""`simulate(config, workload, seed)`: the public entry point, and the clients that drive it.
+
+The driver plays the benchmark clients: it starts sessions (open loop at their start times, or
+closed loop as slots free up), sends each turn after the previous answer plus the think time,
+and builds each prompt from the session's history. A request reaches the engine
+`api_overhead_s` after it is sent (HTTP, tokenisation); TTFT and E2E count from the send.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvwise.sim.engine import Engine, EngineConfig
+from kvwise.sim.metrics import summarize, time_series
+from kvwise.sim.request import Request, Segment, Status
+from kvwise.sim.steptime import StepCost, StepTimeCoefficients, step_weights
+from kvwise.sim.workloads import Session, Workload, WorkloadSpec, build_workload
+
+OUTPUT_SEG_BASE = 2**56  # generated answers get segment ids above every prompt segment id
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that defines one simulated deployment."""
+
+    engine: EngineConfig
+    cost: StepCost
+    coefficients: StepTimeCoefficients
+    label: str = ""
+    # A gateway that keeps session history (kvwise serve --session-history) trims a prompt to
+    # this many tokens including max_tokens: the first segment (system prompt) and the newest
+    # ones stay. None: prompts are sent whole, and vLLM rejects those beyond max_model_len.
+    history_budget_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class SimResult:
+    config: SimConfig
+    workload: Workload
+    metrics: dict[str, Any]
+    series: dict[str, list[float]]
+    engine: Engine  # raw records (per-request state, step log when recorded)
+
+
+# Trimming cuts history down to half the budget, not just under it, so that the next turns
+# extend the same prefix (and hit vLLM's prefix cache) until the budget is reached again; a cut
+# just under the budget would shift the prompt every turn and recompute it in full.
+TRIM_LOW_WATER = 0.5
+
+
+def trim_history(prompt: list[Segment], budget_tokens: int) -> tuple[list[Segment], bool]:
+    """Drop the oldest segments after the first (the system prompt) once the prompt exceeds the
+    budget, down to TRIM_LOW_WATER of it.
+
+    The newest segment always stays, even alone, so a too-long turn still reaches vLLM (and is
+    rejected there, as it would be behind a real gateway)."""
+    total = sum(n for _, n in prompt)
+    if total <= budget_tokens or len(prompt) <= 2:
+        return prompt, False
+    kept = list(prompt)
+    while len(kept) > 2 and total > budget_tokens * TRIM_LOW_WATER:
+        total -= kept.pop(1)[1]
+    return kept, True
+
+
+class _SessionState:
+    __slots__ = ("history", "index", "previous", "session", "turn")
+
+    def __init__(self, index: int, session: Session) -> None:
+        self.index = index
+        self.session = session
+        self.turn = 0
+        self.history: list[Segment] = []
+        self.previous: Request | None = None  # the last turn, whose block hashes carry over
+
+
+class _Driver:
+    def __init__(
+        self,
+        workload: Workload,
+        engine: Engine,
+        api_overhead_s: float,
+        history_budget_tokens: int | None = None,
+    ) -> None:
+        self.workload = workload
+        self.engine = engine
+        self.api_overhead_s = api_overhead_s
+        self.history_budget_tokens = history_budget_tokens
+        self.next_request_id = 0
+        self.in_flight = 0
+        starts = workload.start_times_s or (0.0,) * len(workload.sessions)
+        self.pending = deque(zip(range(len(workload.sessions)), starts, strict=False))
+
+    def start(self) -> None:
+        self._fill_slots(0.0)
+
+    def _fill_slots(self, now_s: float) -> None:
+        limit = self.workload.max_concurrency
+        while self.pending and (limit is None or self.in_flight < limit):
+            index, start_s = self.pending.popleft()
+            self.in_flight += 1
+            state = _SessionState(index, self.workload.sessions[index])
+            self._send(state, max(start_s, now_s))
+
+    def _send(self, state: _SessionState, sent_s: float) -> None:
+        turn = state.session.turns[state.turn]
+        prompt = (
+            state.history + list(turn.new_segments)
+            if state.session.keeps_history
+            else list(turn.new_segments)
+        )
+        trimmed = False
+        if self.history_budget_tokens is not None and state.session.keeps_history:
+            prompt, trimmed = trim_history(prompt, self.history_budget_tokens - turn.max_tokens)
+        request_id = self.next_request_id
+        self.next_request_id += 1
+        request = Request(
+            request_id,
+            prompt,
+            turn.max_tokens,
+            output_len=turn.output_len,
+            output_seg_id=OUTPUT_SEG_BASE + request_id,
+            sent_s=sent_s,
+            arrival_s=sent_s + self.api_overhead_s,
+            owner=state,
+            is_shareable=self.workload.has_shared_segments or len(state.session.turns) > 1,
+        )
+        if state.previous is not None and not trimmed:
+            request.inherit_block_hashes(state.previous)
+        self.engine.submit(request)
+
+    def on_done(self, request: Request) -> None:
+        state = request.owner
+        assert isinstance(state, _SessionState)
+        state.turn += 1
+        if request.status is Status.FINISHED and state.turn < len(state.session.turns):
+            state.history = [*request.prompt, (request.output_seg_id, request.num_output_tokens)]
+            state.previous = request
+            think_s = state.session.turns[state.turn].think_time_s
+            self._send(state, request.finish_s + think_s)
+            return
+        # the session is over (last turn, or a rejected request ends it, as a 400 would)
+        self.in_flight -= 1
+        self._fill_slots(request.finish_s)
+
+
+def simulate(
+    config: SimConfig,
+    workload: Workload | WorkloadSpec,
+    seed: int = 0,
+    *,
+    fast: bool = True,
+    record_steps: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Run one workload on one simulated replica. Same inputs and seed, same result.
+
+    `on_progress(requests done)` is called now and then (for a progress bar).
+    """
+    if isinstance(workload, WorkloadSpec):
+        workload = build_workload(workload, random.Random(seed))
+    weights = step_weights(config.cost, config.coefficients)
+    driver: _Driver | None = None
+
+    def on_done(request: Request) -> None:
+        assert driver is not None
+        driver.on_done(request)
+
+    engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
+    engine.on_progress = on_progress
+    driver = _Driver(
+        workload, engine, config.coefficients.api_overhead_s, config.history_budget_tokens
+    )
+    driver.start()
+    engine.run()
+    return SimResult(config, workload, summarize(engine), time_series(engine), engine)

@@ -1,0 +1,207 @@
+"""How long one engine step takes on a GPU: a linear combination of physical basis terms.
+
+    step_s = sum_k coefficient_k * basis_k(step)
+
+Each basis term is a roofline quantity in seconds (bytes over bandwidth, FLOPs over peak), or a
+count for the overheads, so every coefficient is an efficiency factor or an overhead in seconds.
+This is the "trained physics" shape of BLIS (inference-sim; reference/simulator_notes.md §2):
+linear in the coefficients, so `kvwise calibrate` fits them by least squares from measured step
+or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
+
+    weight_read         weight bytes / HBM bandwidth: every step streams all weights once
+    kv_read             KV bytes read by decode tokens / HBM bandwidth
+    gemm_compute        GEMM time beyond the weight read: max(0, 2 x active params x tokens /
+                        peak FLOP/s - weight_read). Small batches are bound by reading the
+                        weights; past the roofline ridge (a few hundred tokens) compute takes
+                        over. A plain sum of both would double-count every prefill chunk.
+    attention_compute   attention FLOPs (prefill query-key pairs and decode context) / peak
+    allreduce           tensor-parallel all-reduce bytes / interconnect bandwidth
+    allreduce_call_s    number of all-reduces (2 per layer when TP > 1): latency per call
+    step_overhead_s     1 per step: scheduling, input preparation, sampling launch, output
+    layer_overhead_s    layers per step: kernel launches not hidden by CUDA graphs
+    request_overhead_s  requests in the step: per-sequence CPU and sampler work
+
+The engine evaluates a step through `StepWeights`, the same terms folded per token count:
+(tokens, prefill attention pairs, decode context tokens, requests). Same inputs, same float
+operations, same result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from kvwise.core.gpus import GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.core.weights import active_params
+
+BASIS_NAMES = (
+    "weight_read",
+    "kv_read",
+    "gemm_compute",
+    "attention_compute",
+    "allreduce",
+    "allreduce_call_s",
+    "step_overhead_s",
+    "layer_overhead_s",
+    "request_overhead_s",
+)
+
+
+@dataclass(frozen=True)
+class StepTimeCoefficients:
+    """Efficiencies (dimensionless multipliers of roofline times) and overheads (seconds).
+
+    These defaults are the physical prior (typical efficiencies from the roofline literature,
+    reference/simulator_notes.md §3) that `benchmarks/fit_steptime.py` starts from and shrinks
+    towards; the fitted sets kvwise ships are in `coefficients.py`.
+    """
+
+    weight_read: float = 1.15  # HBM reaches ~85-90 % of its datasheet bandwidth in decode
+    kv_read: float = 1.3  # paged-attention reads are scattered: a little less efficient
+    gemm_compute: float = 1.4  # large GEMMs reach ~70 % of dense peak
+    attention_compute: float = 2.0  # FlashAttention kernels ~50 % of peak
+    allreduce: float = 1.5
+    allreduce_call_s: float = 20e-6
+    step_overhead_s: float = 2e-3
+    layer_overhead_s: float = 0.0
+    request_overhead_s: float = 20e-6
+    # Not a step term: HTTP, tokenisation and detokenisation between the client and the engine,
+    # added once to every TTFT and E2E (BLIS's alpha_0; reference/simulator_notes.md §2).
+    api_overhead_s: float = 10e-3
+
+    def vector(self) -> tuple[float, ...]:
+        return tuple(getattr(self, name) for name in BASIS_NAMES)
+
+    @classmethod
+    def from_vector(
+        cls, values: tuple[float, ...] | list[float], api_overhead_s: float
+    ) -> StepTimeCoefficients:
+        return cls(**dict(zip(BASIS_NAMES, values, strict=False)), api_overhead_s=api_overhead_s)
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Per-deployment constants that turn a step's token counts into basis terms (seconds)."""
+
+    weight_read_s: float  # weight bytes per rank / bandwidth
+    kv_read_s_per_token: float  # KV bytes per context token per rank / bandwidth
+    linear_s_per_token: float  # 2 x active params per rank / peak FLOP/s
+    attention_s_per_pair: float  # 4 x layers x heads per rank x head_dim / peak FLOP/s
+    allreduce_s_per_token: float  # all-reduce bytes per token / interconnect (0 at TP 1)
+    allreduce_calls: int  # all-reduces per step (0 at TP 1)
+    num_layers: int
+
+
+def step_cost(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    weight_bytes_per_rank: int,
+    kv_bytes_per_token: int,
+    tensor_parallel_size: int = 1,
+    use_fp8_compute: bool = False,
+) -> StepCost:
+    tp = tensor_parallel_size
+    peak_flops = gpu.fp8_flops if use_fp8_compute and gpu.fp8_flops else gpu.bf16_flops
+    bandwidth = gpu.bandwidth_bytes_s
+    # kv_bytes_per_token: K and V of every layer on this rank (the planner's figure). Sliding-
+    # window layers read at most their window; every validation context is shorter than the
+    # windows of the catalog's sliding models (4096+), so all layers count in full.
+    heads_rank = model.num_attention_heads // tp
+    # QK^T and AV: 2 FLOPs per multiply-add, head_dim each, per query-key pair, per head, per layer
+    attention_flops_per_pair = 4 * model.num_layers * heads_rank * model.head_dim
+    # two all-reduces per layer (after attention and after the MLP) of hidden x activation bytes;
+    # a ring all-reduce moves 2 (tp - 1) / tp of the message through each link
+    activation_bytes = model.dtype_bytes
+    ring_factor = 2 * (tp - 1) / tp
+    allreduce_bytes_per_token = (
+        2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
+    )
+    return StepCost(
+        weight_read_s=weight_bytes_per_rank / bandwidth,
+        kv_read_s_per_token=kv_bytes_per_token / bandwidth,
+        linear_s_per_token=2 * active_params(model) / tp / peak_flops,
+        attention_s_per_pair=attention_flops_per_pair / peak_flops,
+        allreduce_s_per_token=allreduce_bytes_per_token / gpu.interconnect_bytes_s
+        if tp > 1
+        else 0.0,
+        allreduce_calls=2 * model.num_layers if tp > 1 else 0,
+        num_layers=model.num_layers,
+    )
+
+
+def basis(
+    cost: StepCost,
+    num_tokens: int,
+    prefill_attention_x2: int,
+    decode_context: int,
+    num_reqs: int,
+    num_steps: int = 1,
+) -> tuple[float, ...]:
+    """The basis terms of one step (order of BASIS_NAMES), for fitting and explaining."""
+    return (
+        cost.weight_read_s * num_steps,
+        cost.kv_read_s_per_token * decode_context,
+        gemm_excess_s(cost, num_tokens) * num_steps,
+        cost.attention_s_per_pair * (prefill_attention_x2 / 2 + decode_context),
+        cost.allreduce_s_per_token * num_tokens,
+        float(cost.allreduce_calls * num_steps),
+        float(num_steps),
+        float(cost.num_layers * num_steps),
+        float(num_reqs),
+    )
+
+
+def gemm_excess_s(cost: StepCost, num_tokens: int) -> float:
+    """GEMM compute time of a step beyond the time it takes to read the weights."""
+    return max(0.0, cost.linear_s_per_token * num_tokens - cost.weight_read_s)
+
+
+def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) -> float:
+    return sum(c * b for c, b in zip(coefficients.vector(), basis_terms, strict=False))
+
+
+@dataclass(frozen=True)
+class StepWeights:
+    """step_s = base + token * T + gemm * max(0, T * gemm_token - weight_read)
+    + pair_x2 * A2 + context_token * C + request * R (the basis terms, folded)."""
+
+    base_s: float
+    token_s: float
+    gemm: float
+    gemm_token_s: float
+    weight_read_s: float
+    pair_x2_s: float
+    context_token_s: float
+    request_s: float
+
+    def step_s(self, tokens: int, pairs_x2: int, context: int, reqs: int) -> float:
+        excess = self.gemm_token_s * tokens - self.weight_read_s
+        return (
+            self.base_s
+            + self.token_s * tokens
+            + (self.gemm * excess if excess > 0 else 0.0)
+            + self.pair_x2_s * pairs_x2
+            + self.context_token_s * context
+            + self.request_s * reqs
+        )
+
+
+def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
+    return StepWeights(
+        base_s=c.weight_read * cost.weight_read_s
+        + c.allreduce_call_s * cost.allreduce_calls
+        + c.step_overhead_s
+        + c.layer_overhead_s * cost.num_layers,
+        token_s=c.allreduce * cost.allreduce_s_per_token,
+        gemm=c.gemm_compute,
+        gemm_token_s=cost.linear_s_per_token,
+        weight_read_s=cost.weight_read_s,
+        pair_x2_s=c.attention_compute * cost.attention_s_per_pair / 2,
+        context_token_s=c.kv_read * cost.kv_read_s_per_token
+        + c.attention_compute * cost.attention_s_per_pair,
+        request_s=c.request_overhead_s,
+    )

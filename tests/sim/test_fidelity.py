@@ -1,0 +1,30 @@
+"""The simulator against real vLLM serving measurements (tests/data/validation, copied from
+shared/validation): the bars of BRIEF.md on sub-saturation points, and overload predicted where
+the measurements show queueing. Prints the figures per GPU and per source on every run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvwise.sim.fidelity import BARS, evaluate, report_lines
+
+DATA = Path(__file__).resolve().parents[1] / "data/validation/serving_benchmarks.jsonl"
+
+
+def test_simulator_fidelity_meets_the_bars(fidelity_report: list[str]) -> None:
+    outcomes, skipped, summary = evaluate(DATA)
+    fidelity_report.extend(report_lines(summary))
+    fidelity_report.append(
+        f"  records not reproducible: {len(skipped)} (model not in the catalog, other engine, lengths unknown)"
+    )
+    assert len(outcomes) >= 100
+    for metric, bar in BARS.items():
+        measured = summary["all"][metric]
+        assert measured["n"] >= 30, metric
+        assert measured["median_abs_error"] <= bar, (
+            f"{metric}: {measured['median_abs_error']:.1%} > {bar:.0%}"
+        )
+    overload = summary["overload"]
+    assert overload["n"] >= 5
+    assert overload["missed"] == [], overload["missed"]
