@@ -168,8 +168,10 @@ async def ask(api: openai.AsyncOpenAI, session_id: str, max_tokens: int) -> None
     )  # fmt: skip
 
 
-async def until(condition: Callable[[], bool]) -> None:
+async def until(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
     while not condition():
+        assert time.monotonic() < deadline, "the gateway never reached the expected state"
         await asyncio.sleep(0.005)
 
 
