@@ -297,9 +297,8 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
 
     with running_gateway(config) as gw:
         replica = gw.gateway.replicas[0]
-        with httpx.stream(
-            "POST", f"{gw.url}/v1/chat/completions", json={**body, "stream": True}
-        ) as stream:
+        url = f"{gw.url}/v1/chat/completions"
+        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
             lines = stream.iter_lines()
             assert next(line for line in lines if '"content"' in line)
             assert replica.reserved_tokens == cost
