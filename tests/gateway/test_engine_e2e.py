@@ -199,15 +199,19 @@ def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) ->
     async def scenario(url: str, gateway: Gateway) -> None:
         admission = gateway.admission
 
+        blockers: list[asyncio.Task[None]] = []
+
         def state() -> object:
+            ended = [repr(b.exception())[:300] for b in blockers if b.done()]
             return (
                 admission.num_admitted,
                 len(admission.queue),
                 gateway.replicas[0].reserved_tokens,
+                ended,
             )
 
         async with client(url) as api:
-            blockers = [asyncio.create_task(ask(api, f"blocker-{i}", 1900)) for i in range(4)]
+            blockers += [asyncio.create_task(ask(api, f"blocker-{i}", 1900)) for i in range(4)]
             await until(lambda: admission.num_admitted == 4, state)
             heavy = [asyncio.create_task(ask(api, "heavy", 32)) for _ in range(12)]
             await until(lambda: len(admission.queue) == 12, state)
