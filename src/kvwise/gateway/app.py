@@ -128,6 +128,8 @@ class Gateway:
         (a busy engine) leaves its state as it was, and the next tick asks again."""
         try:
             health = await self.http.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_S)
+            if health.status_code != 200:
+                log.warning("replica %s answers /health with %d", replica.name, health.status_code)
             replica.is_healthy = health.status_code == 200
             metrics = await self.http.get(f"{replica.url}/metrics", timeout=HEALTH_TIMEOUT_S)
             replica.load = (
