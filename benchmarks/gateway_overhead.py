@@ -93,7 +93,9 @@ async def one_stream(
     tally.num_events += buffer.count(b"data: ")
 
 
-async def drive(port: int, num_streams: int, seconds: float) -> tuple[Tally, float]:
+async def drive(
+    port: int, num_streams: int, seconds: float, stagger_s: float = 0.0
+) -> tuple[Tally, float]:
     body = json.dumps(BODY_TEMPLATE).encode()
     request = (
         "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
@@ -102,7 +104,10 @@ async def drive(port: int, num_streams: int, seconds: float) -> tuple[Tally, flo
     tally = Tally()
     deadline = time.perf_counter() + seconds
 
-    async def worker() -> None:
+    async def worker(index: int) -> None:
+        # staggered starts: requests arrive spread over one request's duration, as from
+        # independent clients, not all in the same millisecond
+        await asyncio.sleep(stagger_s * index / num_streams)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             while time.perf_counter() < deadline:
@@ -116,7 +121,7 @@ async def drive(port: int, num_streams: int, seconds: float) -> tuple[Tally, flo
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(num_streams)))
+    await asyncio.gather(*(worker(i) for i in range(num_streams)))
     return tally, time.perf_counter() - started
 
 
@@ -186,13 +191,17 @@ def summarise(tallies: list[Tally], elapsed_s: float) -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, object]:
     procs, upstream_port, gateway_port = start_servers(args.ttft_ms, args.itl_ms)
     gateway_cpu_s = 0.0
+    tokens = int(BODY_TEMPLATE["max_tokens"])  # type: ignore[call-overload]
+    stagger_s = (args.ttft_ms + args.itl_ms * (tokens - 1)) / 1000
     try:
         asyncio.run(drive(gateway_port, args.streams, 1.0))  # warm-up: connections, imports
         results: dict[str, list[tuple[Tally, float]]] = {"direct": [], "gateway": []}
         for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both
-            results["direct"].append(asyncio.run(drive(upstream_port, args.streams, args.seconds)))
+            direct = drive(upstream_port, args.streams, args.seconds, stagger_s)
+            results["direct"].append(asyncio.run(direct))
             before_s = cpu_s(procs[1].pid)
-            results["gateway"].append(asyncio.run(drive(gateway_port, args.streams, args.seconds)))
+            through = drive(gateway_port, args.streams, args.seconds, stagger_s)
+            results["gateway"].append(asyncio.run(through))
             gateway_cpu_s += cpu_s(procs[1].pid) - before_s
         own_p50_ms, own_p99_ms = overhead_percentiles_ms(gateway_port)
     finally:

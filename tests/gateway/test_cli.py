@@ -107,3 +107,30 @@ def test_demo_uses_the_cached_conversion_and_the_cpu_engine_flags(tmp_path: Path
     ):
         assert flag in command
     assert os.path.isdir(cached)
+
+
+def test_a_model_and_a_gpu_make_the_plan_the_budget(tmp_path: Path) -> None:
+    from kvwise.core.catalog import load_model
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.planner import plan
+
+    planned = plan(
+        load_model("Qwen/Qwen2.5-7B-Instruct"), find_gpu("rtx4090"), VllmFlags(max_model_len=16384)
+    )
+    with fake_upstreams(Behaviour()) as ups:
+        args = [
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--gpu",
+            "rtx4090",
+            "--max-model-len",
+            "16384",
+            "--upstream",
+            ups[0][0],
+        ]
+        with kvwise_serve(args, tmp_path) as (_, limits):
+            assert limits["kv_budget_source"] == "the plan"
+            assert limits["replicas"] == [
+                {"name": "r0", "url": ups[0][0], "kv_budget_tokens": planned.kv.tokens}
+            ]
+            assert "Qwen/Qwen2.5-7B-Instruct on RTX 4090" in str(limits["plan"])

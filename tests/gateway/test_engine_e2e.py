@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
 
+from kvwise.gateway.app import Gateway
 from kvwise.gateway.prepare import sequence_cost
 from kvwise.gateway.tokens import count_chat, load_tokenizer
 from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
@@ -37,10 +39,14 @@ def cost_of(messages: list[dict[str, str]], max_tokens: int) -> int:
 
 
 def engine_gauge(engine: EngineProcess, name: str) -> float:
-    for line in httpx.get(f"{engine.url}/metrics").text.splitlines():
-        if line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in the engine's /metrics")
+    """The engine's value for a series, summed over its label sets (finish reasons...)."""
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in httpx.get(f"{engine.url}/metrics").text.splitlines()
+        if line.startswith(name + "{")
+    ]
+    assert values, f"{name} not in the engine's /metrics"
+    return sum(values)
 
 
 class RunningSampler:
@@ -97,10 +103,13 @@ def test_chat_non_streaming_and_streaming(vllm_engine: EngineProcess) -> None:
             )
             assert reply.usage is not None and reply.usage.completion_tokens == 8
             assert reply.choices[0].finish_reason == "length"
-            # the stream through the gateway is the engine's stream, event for event
+            # the stream through the gateway is the engine's stream (vLLM itself may put two
+            # tokens in one event when its output loop lags, so events are not compared one by one)
             through_gateway, num_tokens = await streamed_text(api)
-            assert (through_gateway, num_tokens) == await streamed_text(direct)
-            assert num_tokens == 6 and through_gateway[0] == ""  # the role event comes first
+            straight, num_tokens_straight = await streamed_text(direct)
+            assert "".join(filter(None, through_gateway)) == "".join(filter(None, straight))
+            assert num_tokens == num_tokens_straight == 6
+            assert through_gateway[0] == ""  # the role event comes first
             models = await api.models.list()
             assert [m.id for m in models.data] == [SERVED_MODEL_NAME]
 
@@ -128,14 +137,14 @@ def test_prompt_count_bounds_what_the_engine_counts(vllm_engine: EngineProcess) 
 def test_32_sessions_against_a_budget_of_4_all_complete_within_budget(
     vllm_engine: EngineProcess,
 ) -> None:
-    cost = cost_of(QUESTION, 16)
+    cost = cost_of(QUESTION, 48)
     config = make_config(
         [vllm_engine.url], budget_tokens=4 * cost + cost // 2, tokenizer_path=str(tiny_model_dir())
     )
 
     async def session(api: openai.AsyncOpenAI, index: int) -> int:
         reply = await api.chat.completions.create(
-            model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=16, user=f"agent-{index}",
+            model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=48, user=f"agent-{index}",
             extra_body={"ignore_eos": True},
         )  # fmt: skip
         assert reply.usage is not None
@@ -145,89 +154,119 @@ def test_32_sessions_against_a_budget_of_4_all_complete_within_budget(
         async with client(url) as api:
             return await asyncio.gather(*(session(api, i) for i in range(32)))
 
+    succeeded_before = engine_gauge(vllm_engine, "vllm:request_success_total")
     with running_gateway(config) as gw, RunningSampler(vllm_engine) as sampler:
         completion_tokens = asyncio.run(scenario(gw.url))
         replica = gw.gateway.replicas[0]
-        assert completion_tokens == [16] * 32
+        assert completion_tokens == [48] * 32
         assert replica.peak_in_flight == 4
         assert replica.peak_reserved_tokens == 4 * cost
-        assert gw.gateway.admission.num_queued >= 28 - 4  # nearly all of them had to wait
-    assert 1 <= sampler.peak <= 4  # the engine itself never ran more than the budget
+        assert gw.gateway.admission.num_admitted == 32
+        assert gw.gateway.admission.num_queued > 0
+    # the engine ran all 32 and, whenever it was looked at, never more than the budget's 4
+    assert engine_gauge(vllm_engine, "vllm:request_success_total") - succeeded_before == 32
+    assert sampler.peak <= 4, sampler.peak
+
+
+async def ask(api: openai.AsyncOpenAI, session_id: str, max_tokens: int) -> None:
+    await api.chat.completions.create(
+        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=max_tokens, user=session_id,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+
+
+async def until(
+    condition: Callable[[], bool], state: Callable[[], object], timeout_s: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, (
+            f"the gateway never reached the expected state: {state()}"
+        )
+        await asyncio.sleep(0.005)
 
 
 def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) -> None:
-    """12 requests of one session first, then 12 sessions of 1: FIFO would admit the light ones
-    13th to 24th; fair queueing admits each of them before the heavy session's 7th request."""
-    cost = cost_of(QUESTION, 128)
+    """Four long requests fill the budget; one session queues 12 requests, then 12 sessions
+    queue 1 each; then the long ones are cancelled (their clients leave). FIFO would admit the
+    12 newcomers 13th to 24th; fair queueing admits them right after the heavy session's first,
+    before the rest of its backlog."""
+    blocker_cost = cost_of(QUESTION, 1900)
     config = make_config(
-        [vllm_engine.url], budget_tokens=4 * cost, tokenizer_path=str(tiny_model_dir())
+        [vllm_engine.url], budget_tokens=4 * blocker_cost, tokenizer_path=str(tiny_model_dir())
     )
 
-    async def ask(api: openai.AsyncOpenAI, session_id: str) -> None:
-        await api.chat.completions.create(
-            model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=128, user=session_id,
-            extra_body={"ignore_eos": True},
-        )  # fmt: skip
+    async def scenario(url: str, gateway: Gateway) -> None:
+        admission = gateway.admission
 
-    async def scenario(url: str, queue_len: object) -> None:
+        blockers: list[asyncio.Task[None]] = []
+
+        def state() -> object:
+            ended = [repr(b.exception())[:300] for b in blockers if b.done()]
+            return (
+                admission.num_admitted,
+                len(admission.queue),
+                gateway.replicas[0].reserved_tokens,
+                ended,
+            )
+
         async with client(url) as api:
-            heavy = [asyncio.create_task(ask(api, "heavy")) for _ in range(12)]
-            while queue_len() < 8:  # type: ignore[operator]
-                await asyncio.sleep(0.005)
-            light = [asyncio.create_task(ask(api, f"light-{i}")) for i in range(12)]
+            blockers += [asyncio.create_task(ask(api, f"blocker-{i}", 1900)) for i in range(4)]
+            await until(lambda: admission.num_admitted == 4, state)
+            heavy = [asyncio.create_task(ask(api, "heavy", 32)) for _ in range(12)]
+            await until(lambda: len(admission.queue) == 12, state)
+            light = [asyncio.create_task(ask(api, f"light-{i}", 32)) for i in range(12)]
+            await until(lambda: len(admission.queue) == 24, state)
+            assert admission.num_admitted == 4  # everything queued behind the blockers
+            for blocker in blockers:
+                blocker.cancel()
             await asyncio.gather(*heavy, *light)
 
     with running_gateway(config) as gw:
-        asyncio.run(scenario(gw.url, lambda: len(gw.gateway.admission.queue)))
-        order = list(gw.gateway.admission.admitted_flows)
-    assert len(order) == 24
-    heavy_positions = [i for i, flow in enumerate(order) if flow == "session:heavy"]
-    last_light = max(i for i, flow in enumerate(order) if flow != "session:heavy")
-    assert last_light < heavy_positions[6]
+        asyncio.run(scenario(gw.url, gw.gateway))
+        after_blockers = list(gw.gateway.admission.admitted_flows)[4:]
+    lights = {f"session:light-{i}" for i in range(12)}
+    assert after_blockers[0] == "session:heavy"
+    assert set(after_blockers[1:13]) == lights
+    assert after_blockers[13:] == ["session:heavy"] * 11
 
 
 def test_overload_past_the_queue_gets_429_with_retry_after_and_no_5xx(
     vllm_engine: EngineProcess,
 ) -> None:
-    cost = cost_of(QUESTION, 64)
+    cost = cost_of(QUESTION, 300)
     config = make_config(
         [vllm_engine.url], budget_tokens=cost, max_queue=2, tokenizer_path=str(tiny_model_dir())
     )
+    body = {"model": SERVED_MODEL_NAME, "messages": QUESTION, "max_tokens": 64, "ignore_eos": True}
 
-    async def ask(url: str) -> httpx.Response:
-        async with httpx.AsyncClient(timeout=120) as http:
-            body = {
-                "model": SERVED_MODEL_NAME,
-                "messages": QUESTION,
-                "max_tokens": 64,
-                "ignore_eos": True,
-            }
-            return await http.post(f"{url}/v1/chat/completions", json=body)
-
-    async def scenario(url: str) -> list[httpx.Response]:
-        return await asyncio.gather(*(ask(url) for _ in range(10)))
+    async def scenario(url: str, gateway: Gateway) -> tuple[list[httpx.Response], list[object]]:
+        async with client(url) as api, httpx.AsyncClient(timeout=120) as http:
+            blocker = asyncio.create_task(ask(api, "blocker", 300))  # holds the whole budget
+            await until(
+                lambda: gateway.admission.num_admitted == 1, lambda: gateway.replicas[0].load
+            )
+            posts = [http.post(f"{url}/v1/chat/completions", json=body) for _ in range(10)]
+            responses = await asyncio.gather(*posts)
+            through_openai = [
+                api.chat.completions.create(
+                    model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=64
+                )
+                for _ in range(3)
+            ]
+            outcomes = await asyncio.gather(*through_openai, return_exceptions=True)
+            await blocker
+        return responses, outcomes
 
     with running_gateway(config) as gw:
-        responses = asyncio.run(scenario(gw.url))
-        statuses = sorted(r.status_code for r in responses)
-        assert statuses == [200] * 3 + [429] * 7  # 1 running + 2 queued; the rest refused at once
-        refused = [r for r in responses if r.status_code == 429]
-        assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
-        assert refused[0].json()["error"]["type"] == "rate_limit_exceeded"
-
-        async def through_openai() -> None:
-            async with client(gw.url) as api:
-                asks = [
-                    api.chat.completions.create(
-                        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=64
-                    )
-                    for _ in range(6)
-                ]
-                outcomes = await asyncio.gather(*asks, return_exceptions=True)
-            assert sum(isinstance(o, openai.RateLimitError) for o in outcomes) == 3
-            assert not [o for o in outcomes if isinstance(o, openai.InternalServerError)]
-
-        asyncio.run(through_openai())
+        responses, outcomes = asyncio.run(scenario(gw.url, gw.gateway))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 2 + [429] * 8  # 2 queued behind the blocker, the rest refused
+    refused = [r for r in responses if r.status_code == 429]
+    assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
+    assert refused[0].json()["error"]["type"] == "rate_limit_exceeded"
+    assert not [o for o in outcomes if isinstance(o, openai.InternalServerError)]  # never a 5xx
+    assert all(isinstance(o, openai.RateLimitError) or hasattr(o, "choices") for o in outcomes)
 
 
 def test_over_long_prompt_is_refused_with_400_before_the_engine(vllm_engine: EngineProcess) -> None:
@@ -263,9 +302,8 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
 
     with running_gateway(config) as gw:
         replica = gw.gateway.replicas[0]
-        with httpx.stream(
-            "POST", f"{gw.url}/v1/chat/completions", json={**body, "stream": True}
-        ) as stream:
+        url = f"{gw.url}/v1/chat/completions"
+        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
             lines = stream.iter_lines()
             assert next(line for line in lines if '"content"' in line)
             assert replica.reserved_tokens == cost

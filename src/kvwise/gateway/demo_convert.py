@@ -29,7 +29,10 @@ def main(out_dir: str) -> int:
     loaded = AutoModelForCausalLM.from_pretrained(
         gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32
     )
-    fresh = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights are dequantised: vLLM must not look for GGUF
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     fresh.save_pretrained(out_dir)

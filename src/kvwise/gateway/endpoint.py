@@ -154,8 +154,10 @@ class Exchange:
                 response = await self.gateway.upstream.post(
                     self._url(), self.prepared.body, self.gateway.upstream_headers
                 )
-                body = await response.read()
-                response.close()
+                try:
+                    body = await response.read()
+                finally:
+                    response.close()
             except UpstreamConnectionError as exc:
                 if await self._failover(str(exc), is_replica_down=True):
                     continue
@@ -248,8 +250,9 @@ class UpstreamStream:
 
     async def _read_to_first_token(self) -> None:
         async for chunk in self.chunks:
-            for event in self.splitter.feed(chunk):
-                self.held.append(event)
+            events = self.splitter.feed(chunk)
+            self.held += events  # all of them: one read can bring the first token and more
+            for event in events:
                 payload = sse.event_json(event)
                 if sse.is_done(event) or (payload is not None and sse.carries_token(payload)):
                     self.first_token_read_s = time.perf_counter()

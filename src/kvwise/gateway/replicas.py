@@ -3,13 +3,16 @@
 A replica's room for one more request, in KV tokens (what `admission` checks):
 
     effective budget = min(planned budget, engine pool) - tokens used by others
-    tokens used by others = max(0, engine's used KV tokens - our reservations on it)
+    tokens used by others = max(0, engine's used KV tokens - our reservations on it
+                                   - (block_size - 1) per request of ours in flight)
 
 Our reservations (prompt + max_tokens per request) are upper bounds of what our requests hold,
-so "used by others" never over-tightens: it only counts KV that someone else (a client talking to
-the engine directly, another gateway) holds. A replica whose engine reports waiting requests is
-full, whatever the arithmetic says: the engine itself is queueing. A replica with nothing of ours
-in flight always takes one request, so a request larger than the budget runs alone, not never.
+except that vLLM allocates whole blocks (a request's last block is partly empty; 128-token
+blocks on CPU), hence the per-request slack. So "used by others" never over-tightens: it only
+counts KV that someone else (a client talking to the engine directly, another gateway) holds.
+A replica whose engine reports waiting requests is full, whatever the arithmetic says: the engine
+itself is queueing. A replica with nothing of ours in flight always takes one request, so a
+request larger than the budget runs alone, not never.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ class EngineLoad:
     num_requests_running: int
     num_requests_waiting: int
     pool_tokens: int | None  # num_gpu_blocks x block_size, from vllm:cache_config_info
+    block_size: int = 16  # vLLM's GPU default; the CPU backend uses 128
 
 
 def parse_engine_metrics(text: str) -> EngineLoad:
     usage: list[float] = []
     running = waiting = 0
     pool_tokens: int | None = None
+    block_size = 16
     for line in text.splitlines():
         match = _SAMPLE.match(line)
         if not match:
@@ -49,13 +54,12 @@ def parse_engine_metrics(text: str) -> EngineLoad:
             waiting += int(float(value))
         elif name == "vllm:cache_config_info":
             info = dict(_LABEL.findall(labels))
-            if (
-                info.get("num_gpu_blocks", "None").isdigit()
-                and info.get("block_size", "").isdigit()
-            ):
-                pool_tokens = int(info["num_gpu_blocks"]) * int(info["block_size"])
+            if info.get("block_size", "").isdigit():
+                block_size = int(info["block_size"])
+            if info.get("num_gpu_blocks", "None").isdigit():
+                pool_tokens = int(info["num_gpu_blocks"]) * block_size
     mean_usage = sum(usage) / len(usage) if usage else 0.0
-    return EngineLoad(mean_usage, running, waiting, pool_tokens)
+    return EngineLoad(mean_usage, running, waiting, pool_tokens, block_size)
 
 
 class Replica:
@@ -79,7 +83,8 @@ class Replica:
         if self.load.pool_tokens is not None:
             budget = min(budget, self.load.pool_tokens)
             used_tokens = int(self.load.kv_cache_usage_perc * self.load.pool_tokens)
-            budget -= max(0, used_tokens - self.reserved_tokens)
+            ours_at_most = self.reserved_tokens + self.num_in_flight * (self.load.block_size - 1)
+            budget -= max(0, used_tokens - ours_at_most)
         return budget
 
     def has_room(self, cost_tokens: int) -> bool:

@@ -90,16 +90,20 @@ class UpstreamResponse:
             yield piece
 
     async def _iter_chunked(self) -> AsyncIterator[bytes]:
+        """Decode chunked transfer from whatever each read brings: every complete chunk in a
+        read is yielded at once (one relay `send` for a burst of SSE events, not one each)."""
         connection = self._connection
-        reader = connection.reader
+        pending = b""
         while True:
-            size_line = await connection.timed(reader.readuntil(b"\r\n"))
-            size = int(size_line.split(b";", 1)[0], 16)
-            if size == 0:
-                await connection.timed(reader.readuntil(b"\r\n"))  # no trailers
+            pieces, pending, is_last = _decode_chunks(pending)
+            if pieces:
+                yield b"".join(pieces)
+            if is_last:
                 return
-            piece = await connection.timed(reader.readexactly(size + 2))
-            yield piece[:-2]
+            data = await connection.timed(connection.reader.read(65536))
+            if not data:
+                raise asyncio.IncompleteReadError(pending, None)
+            pending += data
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.iter_raw()])
@@ -159,6 +163,9 @@ class UpstreamClient:
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
             connection.writer.close()
             raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
+        except BaseException:  # cancelled (the client left): the connection is mid-exchange
+            connection.writer.close()
+            raise
         return UpstreamResponse(status, headers, connection, self, key)
 
     async def _connection(self, key: tuple[str, int]) -> _Connection:
@@ -191,6 +198,25 @@ class UpstreamClient:
             for connection in connections:
                 connection.writer.close()
         self._idle.clear()
+
+
+def _decode_chunks(data: bytes) -> tuple[list[bytes], bytes, bool]:
+    """Complete chunks at the front of `data`, the undecoded rest, and whether the last
+    (zero-size) chunk was seen. Chunk extensions are ignored and trailers not supported."""
+    pieces: list[bytes] = []
+    start = 0
+    while True:
+        line_end = data.find(b"\r\n", start)
+        if line_end < 0:
+            return pieces, data[start:], False
+        size = int(data[start:line_end].split(b";", 1)[0], 16)  # ValueError if not hex
+        body_end = line_end + 2 + size
+        if len(data) < body_end + 2:
+            return pieces, data[start:], False
+        if size == 0:
+            return pieces, data[body_end + 2 :], True
+        pieces.append(data[line_end + 2 : body_end])
+        start = body_end + 2
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
