@@ -72,3 +72,21 @@ def test_never_keeps_a_tool_result_without_its_call() -> None:
 def test_the_newest_unit_is_kept_even_when_it_alone_is_too_long() -> None:
     trimmed = trim_history([SYSTEM, msg("user", "old"), msg("user", "new")], 5, per_message)
     assert [m["content"] for m in trimmed.messages] == ["sys", "new"]
+
+
+def test_prefix_stable_cut_keeps_the_prompt_start_until_the_budget_is_hit_again() -> None:
+    # one user + assistant pair per turn, 20 tokens; 100 tokens of room besides the system prompt
+    conversation = [SYSTEM]
+    starts = []
+    for turn in range(12):
+        conversation += [msg("user", f"u{turn}"), msg("assistant", f"a{turn}")]
+        trimmed = trim_history(conversation, 110, per_message, low_water=0.5)
+        starts.append(trimmed.messages[1]["content"])
+    # just-enough cuts (low_water 1) move the start every turn once full; half-budget cuts hold
+    # it for several turns, so vLLM's prefix cache keeps hitting in between
+    assert starts == ["u0"] * 5 + ["u3"] * 3 + ["u6"] * 3 + ["u9"]
+    eager = [
+        trim_history(conversation[: 1 + 2 * (t + 1)], 110, per_message).messages[1]["content"]
+        for t in range(12)
+    ]
+    assert len(set(eager[5:])) == 7  # a new start at every turn past the budget

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvwise.core.flags import add_vllm_flags, flags_from_args
+from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
 from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.config import MIB, GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
@@ -107,6 +108,13 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--session-reply-tokens", type=int, default=1024, help="kept free for the reply"
     )
     sessions.add_argument("--session-max-prompt-tokens", type=int, help="trim histories to this")
+    sessions.add_argument(
+        "--session-trim-low-water",
+        type=float,
+        default=TRIM_LOW_WATER,
+        help="when trimming, cut down to this share of the budget so later turns reuse the "
+        "cached prefix (1 = cut just enough)",
+    )
 
 
 def _positive(args: argparse.Namespace, *names: str) -> None:
@@ -122,6 +130,10 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
 
 
 def session_config(args: argparse.Namespace) -> SessionConfig:
+    if not 0 < args.session_trim_low_water <= 1:
+        raise UsageError(
+            f"--session-trim-low-water must be in (0, 1], got {args.session_trim_low_water}"
+        )
     caps = SessionCaps(args.session_ttl, args.session_max_messages, args.session_max_bytes)
     return SessionConfig(
         store=args.session_store,
@@ -129,6 +141,7 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
         is_history_enabled=args.session_history,
         reply_reserve_tokens=args.session_reply_tokens,
         max_prompt_tokens=args.session_max_prompt_tokens,
+        trim_low_water=args.session_trim_low_water,
     )
 
 

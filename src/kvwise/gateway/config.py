@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.sessions import SessionCaps
 
@@ -25,6 +26,7 @@ class SessionConfig:
     is_history_enabled: bool  # rebuild prompts from the stored history (--session-history)
     reply_reserve_tokens: int  # kept free for the reply when a request sets no max_tokens
     max_prompt_tokens: int | None  # trim histories to this even when max_model_len allows more
+    trim_low_water: float = TRIM_LOW_WATER  # cut down to this share of the budget (prefix-stable)
 
 
 @dataclass(frozen=True)

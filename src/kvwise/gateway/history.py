@@ -3,8 +3,9 @@
 The conversation is cut into units that must stay whole: an assistant message that calls tools
 together with the tool results that answer it (a tool result without its call, or a call without
 its result, is an invalid OpenAI conversation), and every other message on its own. System
-messages are always kept, in place. Units are dropped oldest first until the rest fits; the
-newest unit is never dropped (if it alone does not fit, the request is too long: a 400 follows).
+messages are always kept, in place. Units are dropped oldest first (with a low-water mark, see
+`kvwise.core.trimming`); the newest unit is never dropped (if it alone does not fit, the request
+is too long: a 400 follows).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from kvwise.core.trimming import stable_cut
 
 Message = dict[str, Any]
 
@@ -42,21 +45,18 @@ def _expects_results(unit: list[Message]) -> bool:
 
 
 def trim_history(
-    messages: list[Message], max_prompt_tokens: int, count_tokens: Callable[[list[Message]], int]
+    messages: list[Message],
+    max_prompt_tokens: int,
+    count_tokens: Callable[[list[Message]], int],
+    low_water: float = 1.0,
 ) -> Trimmed:
-    """Keep the system messages and the newest units whose tokens fit `max_prompt_tokens`."""
+    """Keep the system messages and the newest units within `max_prompt_tokens`, cut with
+    `kvwise.core.trimming.stable_cut` (low_water < 1: prefix-stable cuts)."""
     system = [m for m in messages if m.get("role") == "system"]
     units = split_units(messages)
     budget = max_prompt_tokens - count_tokens(system)
-    kept: list[list[Message]] = []
-    for unit in reversed(units):
-        cost = count_tokens(unit)
-        if kept and cost > budget:
-            break
-        kept.append(unit)
-        budget -= cost
-    kept.reverse()
-    dropped = units[: len(units) - len(kept)]
+    cut = stable_cut([count_tokens(unit) for unit in units], budget, low_water)
+    kept, dropped = units[cut:], units[:cut]
     dropped_messages = [m for unit in dropped for m in unit]
     kept_ids = {id(m) for m in system} | {id(m) for unit in kept for m in unit}
     kept_messages = [m for m in messages if id(m) in kept_ids]  # original order

@@ -185,6 +185,7 @@ async def _apply_history(
         system + stored.messages + new_messages,
         max_prompt,
         lambda msgs: count_messages(ctx.tokenizer, msgs).upper,
+        ctx.sessions.trim_low_water,
     )
     headers = {
         "x-kvwise-history-messages": str(len(trimmed.messages)),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvwise.core.trimming import stable_cut
 from kvwise.sim.engine import Engine, EngineConfig
 from kvwise.sim.metrics import summarize, time_series
 from kvwise.sim.request import Request, Segment, Status
@@ -46,25 +47,15 @@ class SimResult:
     engine: Engine  # raw records (per-request state, step log when recorded)
 
 
-# Trimming cuts history down to half the budget, not just under it, so that the next turns
-# extend the same prefix (and hit vLLM's prefix cache) until the budget is reached again; a cut
-# just under the budget would shift the prompt every turn and recompute it in full.
-TRIM_LOW_WATER = 0.5
-
-
 def trim_history(prompt: list[Segment], budget_tokens: int) -> tuple[list[Segment], bool]:
-    """Drop the oldest segments after the first (the system prompt) once the prompt exceeds the
-    budget, down to TRIM_LOW_WATER of it.
-
-    The newest segment always stays, even alone, so a too-long turn still reaches vLLM (and is
-    rejected there, as it would be behind a real gateway)."""
-    total = sum(n for _, n in prompt)
-    if total <= budget_tokens or len(prompt) <= 2:
+    """The gateway's cut (`kvwise.core.trimming`): the first segment (system prompt) stays, the
+    oldest of the rest go once the prompt passes the budget, down to the low-water mark. The
+    newest segment always stays, so a too-long turn still reaches vLLM (and is rejected)."""
+    if len(prompt) <= 2:
         return prompt, False
-    kept = list(prompt)
-    while len(kept) > 2 and total > budget_tokens * TRIM_LOW_WATER:
-        total -= kept.pop(1)[1]
-    return kept, True
+    head, rest = prompt[0], prompt[1:]
+    cut = stable_cut([n for _, n in rest], budget_tokens - head[1])
+    return ([head, *rest[cut:]], True) if cut else (prompt, False)
 
 
 class _SessionState:
