@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvwise.bench.workload_flags import spec_from_args
 from kvwise.cli import main
+from kvwise.sim.workload_flags import spec_from_args
 
 
 def test_predict_without_a_gpu_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,9 +42,9 @@ def test_workload_flags_are_the_specs_fields() -> None:
     from kvwise.bench.cli import build_parser
 
     args = build_parser().parse_args(
-        ["http://x", "--sessions", "3", "--turns", "2", "--system-prompt-tokens", "64",
+        ["http://x", "--sessions", "3", "--turns", "2", "--system-prompt", "64",
          "--request-rate", "2.5", "--max-tokens", "32"]
     )  # fmt: skip
-    spec = spec_from_args(args)
+    spec = spec_from_args(args, skip=("max_concurrency",))
     assert (spec.kind, spec.sessions, spec.turns, spec.system_prompt_tokens) == ("agent", 3, 2, 64)
     assert (spec.request_rate, spec.max_tokens, spec.max_concurrency) == (2.5, 32, None)

@@ -54,12 +54,12 @@ def test_agent_sessions_send_their_growing_history(
             "3",
             "--turns",
             "3",
-            "--system-prompt-tokens",
+            "--system-prompt",
             "100",
             "--user-tokens",
             "20",
         ),
-        *("--tool-output-tokens", "30", "--output-len", "16", "--think-time-s", "0.05"),
+        *("--tool-output", "30", "--output-len", "16", "--think-time-s", "0.05"),
         *("--max-concurrency", "1,3", "--html", str(html)),
     )
     assert results.server.backend == "vllm" and results.tokenizer.startswith("tokenizer.json")
@@ -99,12 +99,12 @@ def test_server_errors_mid_run_are_counted_and_the_run_goes_on(
             "2",
             "--turns",
             "4",
-            "--system-prompt-tokens",
+            "--system-prompt",
             "600",
             "--user-tokens",
             "10",
         ),
-        *("--tool-output-tokens", "700", "--output-len", "8", "--think-time-s", "0"),
+        *("--tool-output", "700", "--output-len", "8", "--think-time-s", "0"),
     )
     (run,) = results.runs
     assert run.metrics["completed"] == 4 and run.metrics["failed"] == 2
@@ -127,12 +127,12 @@ def test_calibrated_simulation_is_closer_to_the_cpu_engine(
             "4",
             "--turns",
             "3",
-            "--system-prompt-tokens",
+            "--system-prompt",
             "200",
             "--user-tokens",
             "30",
         ),
-        *("--tool-output-tokens", "60", "--output-len", "24", "--think-time-s", "0.1"),
+        *("--tool-output", "60", "--output-len", "24", "--think-time-s", "0.1"),
         *("--gpu", "rtx4090", "--sim-model", TINY_CONFIG, *ENGINE_FLAGS),
     ]
     fit_on = _bench(vllm_engine, tmp_path / "fit.json", *workload, "--max-concurrency", "1,4")

@@ -115,7 +115,7 @@ def test_charts_as_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([*BASE, "--workload", "chat"], "invalid choice: 'chat'"),
+        ([*BASE, "--workload", "chat"], "unknown workload 'chat'"),
         (
             [*BASE, "--workload", "random", "--request-rate", "-2"],
             "--request-rate must be positive",

@@ -10,7 +10,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.errors import UsageError
-from kvwise.sim.cli import workload_spec
+from kvwise.sim.workload_flags import spec_from_args
 
 
 def _objectives(args: argparse.Namespace) -> Objectives:
@@ -26,7 +26,7 @@ def run_recommend(
 ) -> int:
     if args.num_gpus < 1:
         raise UsageError(f"--num-gpus must be at least 1, got {args.num_gpus}")
-    spec = workload_spec(args)
+    spec = spec_from_args(args)
     result = recommend(
         model,
         gpu,

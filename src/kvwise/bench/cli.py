@@ -32,9 +32,9 @@ from kvwise.bench.prompts import (
     find_local_tokenizer,
 )
 from kvwise.bench.results import BenchResults, RunResult, ServerInfo, write_results
-from kvwise.bench.workload_flags import add_workload_flags, spec_from_args
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.errors import UsageError
+from kvwise.sim.workload_flags import add_workload_flags, spec_from_args
 from kvwise.sim.workloads import WorkloadSpec
 
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--html", type=Path, help="HTML report with charts")
     parser.add_argument("--json", action="store_true", help="summary as JSON on stdout")
     parser.add_argument("--no-progress", dest="progress", action="store_false")
-    add_workload_flags(parser)
+    add_workload_flags(parser, skip=("max_concurrency",))
     predict = parser.add_argument_group("prediction (kvwise simulate for the same config)")
     predict.add_argument("--predict", action="store_true", help="simulate each run as well")
     predict.add_argument("--gpu", help="the server's GPU (catalog name)")
@@ -119,7 +119,7 @@ def _sim_model(args: argparse.Namespace, server: ServerInfo) -> str:
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    spec = spec_from_args(args)
+    spec = spec_from_args(args, skip=("max_concurrency",))
     flags = flags_from_args(args)
     if args.predict and not args.gpu:
         raise UsageError("--predict needs --gpu (the GPU the server runs on)")

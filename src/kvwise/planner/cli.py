@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     """`--workload ...` turns the question around: which flags serve this workload best."""
-    from kvwise.sim.cli import add_workload_flags
+    from kvwise.sim.workload_flags import add_workload_flags
 
-    add_workload_flags(parser, required=False)
+    add_workload_flags(parser, default_kind=None)
     goals = parser.add_argument_group("recommendation (with --workload)")
     goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
     goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")
@@ -112,7 +112,7 @@ def run(argv: list[str]) -> int:
         return run_sglang(
             model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
         )
-    if args.workload:
+    if args.kind:
         from kvwise.advisor.cli import run_recommend
 
         return run_recommend(args, model, gpu, flags)

@@ -17,7 +17,8 @@ from kvwise.errors import UsageError
 from kvwise.sim.deploy import Deployment, deployment
 from kvwise.sim.report import Run, print_report, simulation_json
 from kvwise.sim.runner import SimResult, simulate
-from kvwise.sim.workloads import ARRIVALS, WORKLOAD_KINDS, Workload, WorkloadSpec, build_workload
+from kvwise.sim.workload_flags import add_workload_flags, spec_from_args
+from kvwise.sim.workloads import WORKLOAD_KINDS, Workload, WorkloadSpec, build_workload
 
 PROGRESS_ABOVE_REQUESTS = 2000  # show a progress bar for runs this long (on a terminal)
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its total memory")
     parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
     add_vllm_flags(parser)
-    add_workload_flags(parser)
+    add_workload_flags(parser, default_kind=None)
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
@@ -57,67 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_workload_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """The workload options shared by `simulate`, `plan --workload` and `bench`."""
-    w = parser.add_argument_group("workload")
-    w.add_argument("--workload", required=required, choices=WORKLOAD_KINDS)
-    w.add_argument("--num-prompts", type=int, default=1000)
-    w.add_argument(
-        "--request-rate",
-        type=float,
-        help="requests (sessions for agent) per second; default: all at once",
-    )
-    w.add_argument("--max-concurrency", type=int, help="at most this many in flight (closed loop)")
-    w.add_argument(
-        "--burstiness", type=float, default=1.0, help="gamma shape of arrivals (1 = Poisson)"
-    )
-    w.add_argument("--arrival", choices=ARRIVALS, default="poisson")
-    w.add_argument("--input-len", type=int, default=1024, help="prompt tokens (sharegpt: mean)")
-    w.add_argument("--output-len", type=int, default=None, help="tokens generated (sharegpt: mean)")
-    w.add_argument("--max-tokens", type=int, help="max_tokens sent (default: the output length)")
-    w.add_argument("--range-ratio", type=float, default=0.0, help="lengths uniform in L(1 +- r)")
-    a = parser.add_argument_group("agent / shared-prefix workloads")
-    a.add_argument("--sessions", type=int, default=10)
-    a.add_argument("--turns", type=int, default=30)
-    a.add_argument("--system-prompt", type=int, default=2000, help="shared system prompt tokens")
-    a.add_argument(
-        "--user-tokens",
-        type=int,
-        default=200,
-        help="new user tokens per turn (shared-prefix: question)",
-    )
-    a.add_argument(
-        "--tool-output", type=int, default=800, help="tool-output tokens before each later turn"
-    )
-    a.add_argument("--think-time-s", type=float, default=2.0, help="mean pause between turns")
-    a.add_argument("--groups", type=int, default=10, help="shared-prefix: distinct system prompts")
-    a.add_argument("--prompts-per-group", type=int, default=5)
-    a.add_argument("--replay", metavar="FILE", help="replay: requests from FILE.jsonl")
-
-
 def workload_spec(args: argparse.Namespace) -> WorkloadSpec:
-    default_output = 512 if args.workload == "agent" else 128
-    return WorkloadSpec(
-        kind=args.workload,
-        num_prompts=args.num_prompts,
-        request_rate=args.request_rate,
-        max_concurrency=args.max_concurrency,
-        burstiness=args.burstiness,
-        arrival=args.arrival,
-        input_len=args.input_len,
-        output_len=args.output_len if args.output_len is not None else default_output,
-        max_tokens=args.max_tokens,
-        range_ratio=args.range_ratio,
-        sessions=args.sessions,
-        turns=args.turns,
-        system_prompt_tokens=args.system_prompt,
-        user_tokens=args.user_tokens,
-        tool_output_tokens=args.tool_output,
-        think_time_s=args.think_time_s,
-        num_groups=args.groups,
-        prompts_per_group=args.prompts_per_group,
-        replay_path=args.replay,
-    ).validate()
+    if not args.kind:
+        raise UsageError(f"--workload is required: one of {', '.join(WORKLOAD_KINDS)}")
+    return spec_from_args(args)
 
 
 def _gpu(args: argparse.Namespace) -> GpuSpec:

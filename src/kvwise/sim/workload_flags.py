@@ -1,8 +1,9 @@
-"""Command-line flags for a `WorkloadSpec`: one flag per field, named after it.
+"""Command-line flags for a `WorkloadSpec`, shared by `simulate`, `plan --workload` and `bench`.
 
-The flags are derived from the dataclass (`--num-prompts` sets `num_prompts`, `--think-time-s`
-sets `think_time_s`...), so they cannot drift from the one workload definition in
-`kvwise.sim.workloads`; the spec's own `validate` checks the values.
+One flag per field, derived from the dataclass (`--num-prompts` sets `num_prompts`,
+`--think-time-s` sets `think_time_s`...) so they cannot drift from the one workload definition in
+`kvwise.sim.workloads`; a few take the shorter names users type (`--system-prompt 2000`,
+`--tool-output 800`). The spec's own `validate` checks the values.
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ from typing import Any
 
 from kvwise.sim.workloads import ARRIVALS, WORKLOAD_KINDS, WorkloadSpec
 
-# fields with a flag of their own elsewhere (the concurrency ramp) or a different spelling
-SPECIAL = {"kind": "--workload", "replay_path": "--replay", "max_concurrency": None}
+# fields spelled differently from their name
+SPECIAL = {
+    "kind": "--workload",
+    "replay_path": "--replay",
+    "system_prompt_tokens": "--system-prompt",
+    "tool_output_tokens": "--tool-output",
+    "num_groups": "--groups",
+}
+AGENT_OUTPUT_LEN = 512  # an agent turn's answer when --output-len is not given (a chat's: 128)
 TYPES: dict[str, type] = {"request_rate": float, "max_tokens": int}  # Optional fields
 HELP = {
     "kind": f"one of {', '.join(WORKLOAD_KINDS)}",
     "num_prompts": "requests (random, sharegpt, shared-prefix)",
-    "request_rate": "sessions started per second (open loop); default: all at once",
+    "request_rate": "requests (agent: sessions) started per second (open loop); default: all at once",
+    "max_concurrency": "at most this many in flight (closed loop)",
     "burstiness": "gamma shape of inter-arrival times (1 = Poisson)",
     "arrival": f"one of {', '.join(ARRIVALS)}",
     "input_len": "prompt tokens (random; sharegpt: mean)",
-    "output_len": "tokens generated per request",
+    "output_len": f"tokens generated per request (agent default: {AGENT_OUTPUT_LEN})",
     "max_tokens": "max_tokens as sent (default: the output length)",
     "range_ratio": "lengths uniform in [L(1-r), L(1+r)]",
     "sessions": "agent sessions",
     "turns": "turns per agent session",
-    "system_prompt_tokens": "shared system prompt (agent, shared-prefix)",
+    "system_prompt_tokens": "shared system prompt tokens (agent, shared-prefix)",
     "user_tokens": "new user text per turn (shared-prefix: question length)",
     "tool_output_tokens": "tool output appended before each agent turn after the first",
     "think_time_s": "mean pause between an answer and the next turn",
@@ -46,26 +55,35 @@ def _flag_type(spec_field: Field[Any]) -> type:
     return type(spec_field.default)
 
 
-def add_workload_flags(parser: argparse.ArgumentParser, default_kind: str = "agent") -> None:
-    group = parser.add_argument_group("workload (the same definitions as kvwise simulate)")
+def add_workload_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    default_kind: str | None = "agent",
+    skip: tuple[str, ...] = (),
+) -> None:
+    """One flag per WorkloadSpec field except `skip` (e.g. bench's own concurrency ramp);
+    `default_kind` None leaves --workload unset (plan answers a workload only when given one)."""
+    group = parser.add_argument_group("workload (the same definitions in simulate, plan and bench)")
     for spec_field in fields(WorkloadSpec):
         name = spec_field.name
-        flag = SPECIAL.get(name, f"--{name.replace('_', '-')}")
-        if flag is None:
+        if name in skip:
             continue
+        flag = SPECIAL.get(name, f"--{name.replace('_', '-')}")
         default = default_kind if name == "kind" else None  # None: the spec's own default
         group.add_argument(
             flag, dest=name, type=_flag_type(spec_field), default=default, help=HELP.get(name)
         )
 
 
-def spec_from_args(args: argparse.Namespace) -> WorkloadSpec:
+def spec_from_args(args: argparse.Namespace, *, skip: tuple[str, ...] = ()) -> WorkloadSpec:
     """The spec the flags describe (fields not given keep the spec's defaults), validated."""
     values: dict[str, Any] = {}
     for spec_field in fields(WorkloadSpec):
-        if SPECIAL.get(spec_field.name, "") is None:
+        if spec_field.name in skip:
             continue  # set per run by the caller
         value = getattr(args, spec_field.name, None)
         if value is not None:
             values[spec_field.name] = value
+    if values.get("kind") == "agent" and "output_len" not in values:
+        values["output_len"] = AGENT_OUTPUT_LEN
     return WorkloadSpec(**values).validate()
