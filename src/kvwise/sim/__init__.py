@@ -22,19 +22,29 @@ Public API, for the CLI and for callers such as a flag recommender:
     result.metrics["median_ttft_ms"], result.metrics["num_preemptions"], ...
 """
 
-from kvwise.sim.deploy import Deployment, deployment
-from kvwise.sim.runner import SimConfig, SimResult, simulate
-from kvwise.sim.steptime import StepTimeCoefficients
-from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload
+from __future__ import annotations
 
-__all__ = [
-    "Deployment",
-    "SimConfig",
-    "SimResult",
-    "StepTimeCoefficients",
-    "Workload",
-    "WorkloadSpec",
-    "build_workload",
-    "deployment",
-    "simulate",
-]
+import importlib
+from typing import Any
+
+# Names load on first use (PEP 562), so that `kvwise plan` can read the workload flags without
+# importing the engine, the planner glue and the calibration store.
+_EXPORTS = {
+    "Deployment": "kvwise.sim.deploy",
+    "deployment": "kvwise.sim.deploy",
+    "SimConfig": "kvwise.sim.runner",
+    "SimResult": "kvwise.sim.runner",
+    "simulate": "kvwise.sim.runner",
+    "StepTimeCoefficients": "kvwise.sim.steptime",
+    "Workload": "kvwise.sim.workloads",
+    "WorkloadSpec": "kvwise.sim.workloads",
+    "build_workload": "kvwise.sim.workloads",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kvwise.sim' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
