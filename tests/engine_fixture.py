@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +110,47 @@ class EngineProcess:
         log.close()
         _wait_ready(f"{self.url}/v1/models", self.proc, self.log_path, timeout_s)
         return self
+
+    def engine_core_pids(self) -> list[int]:
+        """The server's children (EngineCore and helpers): its process group, less the leader."""
+        assert self.proc is not None
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                # after the ")" that closes the command name: state, ppid, pgrp, ...
+                pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])
+                pid = int(stat.parent.name)
+                if pgrp == self.proc.pid and pid != self.proc.pid:
+                    pids.append(pid)
+        assert pids, "the engine server has no child processes to pause"
+        return pids
+
+    def pause(self) -> list[int]:
+        """Freeze the engine core (SIGSTOP) while the HTTP server keeps accepting requests.
+
+        The tiny model generates thousands of tokens a second, so a test that needs requests to
+        stay in flight (holding the gateway's budget, queued behind it, on a replica about to be
+        killed) cannot rely on them being slow: while paused they take no step at all.
+        """
+        pids = self.engine_core_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    @staticmethod
+    def resume(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """`pause()` for the block, resumed however it ends."""
+        pids = self.pause()
+        try:
+            yield
+        finally:
+            self.resume(pids)
 
     def kill(self) -> None:
         """SIGKILL the server and its engine children (its own process group): a crash."""

@@ -211,15 +211,17 @@ def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) ->
             )
 
         async with client(url) as api:
-            blockers += [asyncio.create_task(ask(api, f"blocker-{i}", 1900)) for i in range(4)]
-            await until(lambda: admission.num_admitted == 4, state)
-            heavy = [asyncio.create_task(ask(api, "heavy", 32)) for _ in range(12)]
-            await until(lambda: len(admission.queue) == 12, state)
-            light = [asyncio.create_task(ask(api, f"light-{i}", 32)) for i in range(12)]
-            await until(lambda: len(admission.queue) == 24, state)
-            assert admission.num_admitted == 4  # everything queued behind the blockers
-            for blocker in blockers:
-                blocker.cancel()
+            with vllm_engine.paused():  # the blockers cannot finish before they are cancelled
+                blockers += [asyncio.create_task(ask(api, f"blocker-{i}", 1900)) for i in range(4)]
+                await until(lambda: admission.num_admitted == 4, state)
+                heavy = [asyncio.create_task(ask(api, "heavy", 32)) for _ in range(12)]
+                await until(lambda: len(admission.queue) == 12, state)
+                light = [asyncio.create_task(ask(api, f"light-{i}", 32)) for i in range(12)]
+                await until(lambda: len(admission.queue) == 24, state)
+                assert admission.num_admitted == 4  # everything queued behind the blockers
+                for blocker in blockers:
+                    blocker.cancel()
+                await until(lambda: admission.num_admitted > 4, state)  # the queue moves
             await asyncio.gather(*heavy, *light)
 
     with running_gateway(config) as gw:
@@ -242,11 +244,20 @@ def test_overload_past_the_queue_gets_429_with_retry_after_and_no_5xx(
 
     async def scenario(url: str, gateway: Gateway) -> tuple[list[httpx.Response], list[object]]:
         async with client(url) as api, httpx.AsyncClient(timeout=120) as http:
-            blocker = asyncio.create_task(ask(api, "blocker", 300))  # holds the whole budget
-            await until(
-                lambda: gateway.admission.num_admitted == 1, lambda: gateway.replicas[0].load
-            )
-            posts = [http.post(f"{url}/v1/chat/completions", json=body) for _ in range(10)]
+            with vllm_engine.paused():  # the blocker holds the whole budget until resumed
+                blocker = asyncio.create_task(ask(api, "blocker", 300))
+                await until(
+                    lambda: gateway.admission.num_admitted == 1, lambda: gateway.replicas[0].load
+                )
+                posts = [
+                    asyncio.create_task(http.post(f"{url}/v1/chat/completions", json=body))
+                    for _ in range(10)
+                ]
+                await until(
+                    lambda: sum(p.done() for p in posts) == 8,  # refused at once, not queued
+                    lambda: (len(gateway.admission.queue), [p.done() for p in posts]),
+                )
+                assert len(gateway.admission.queue) == 2
             responses = await asyncio.gather(*posts)
             through_openai = [
                 api.chat.completions.create(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
@@ -48,27 +49,41 @@ async def streamed(api: openai.AsyncOpenAI, session: str, first_token: asyncio.E
 def test_killed_replica_costs_no_request_that_had_not_streamed(
     vllm_engine: EngineProcess, tmp_path: Path
 ) -> None:
+    """One stream has tokens out of the doomed replica; nine more requests are spread over both
+    replicas while both engines are frozen (so none finishes or streams by chance); then the
+    doomed one is killed and the other resumed."""
     doomed = EngineProcess(log_path=tmp_path / "doomed.log").start()
     try:
         config = make_config([doomed.url, vllm_engine.url], tokenizer_path=str(tiny_model_dir()))
         with running_gateway(config) as gw:
             doomed_replica = gw.gateway.replicas[0]
             assert wait_until(lambda: all(r.is_healthy for r in gw.gateway.replicas), timeout_s=30)
+            # a session the ring sends to the doomed replica while both are idle
+            first = next(
+                f"s{i}"
+                for i in range(1000)
+                if gw.gateway.admission.router.ring_order(f"session:s{i}")[0] is doomed_replica
+            )
 
             async def scenario() -> tuple[list[int], list[str]]:
                 api = openai.AsyncOpenAI(
                     base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=300
                 )
-                started = [asyncio.Event() for _ in range(4)]
-                streams = [
-                    asyncio.create_task(streamed(api, f"s{i}", started[i])) for i in range(4)
-                ]
-                wholes = [asyncio.create_task(whole(api, f"w{i}")) for i in range(6)]
-                await asyncio.gather(*(e.wait() for e in started))
-                assert doomed_replica.num_in_flight >= 2, [
-                    r.is_healthy for r in gw.gateway.replicas
-                ]
-                doomed.kill()
+                first_token = asyncio.Event()
+                streams = [asyncio.create_task(streamed(api, first, first_token))]
+                await first_token.wait()
+                doomed.pause()  # its stream stays mid-way
+                assert doomed_replica.num_in_flight == 1
+                with vllm_engine.paused():
+                    streams += [
+                        asyncio.create_task(streamed(api, f"t{i}", asyncio.Event()))
+                        for i in range(3)
+                    ]
+                    wholes = [asyncio.create_task(whole(api, f"w{i}")) for i in range(6)]
+                    assert await until(lambda: gw.gateway.admission.num_admitted == 10)
+                    # bounded-load routing put a share of the nine on the doomed replica
+                    assert doomed_replica.num_in_flight >= 3, doomed_replica.num_in_flight
+                    doomed.kill()
                 outcome = await asyncio.gather(*wholes), await asyncio.gather(*streams)
                 await api.close()
                 return outcome
@@ -76,12 +91,20 @@ def test_killed_replica_costs_no_request_that_had_not_streamed(
             t0 = time.monotonic()
             completion_tokens, stream_outcomes = asyncio.run(scenario())
             assert completion_tokens == [200] * 6  # every non-streamed request completed
-            broken = [o for o in stream_outcomes if o.startswith("error")]
-            assert broken, stream_outcomes  # the doomed replica had streams going
-            assert all("failed mid-stream" in o for o in broken)
-            assert all(o == "complete: 200" for o in stream_outcomes if not o.startswith("error"))
-            assert gw.gateway.metrics.failovers.get() >= 1
+            assert stream_outcomes[0].startswith("error after"), stream_outcomes
+            assert "failed mid-stream" in stream_outcomes[0]
+            assert stream_outcomes[1:] == ["complete: 200"] * 3  # none had streamed: failed over
+            assert gw.gateway.metrics.failovers.get() >= 2
             assert not doomed_replica.is_healthy
             assert time.monotonic() - t0 < 240
     finally:
         doomed.stop()
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
