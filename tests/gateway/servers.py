@@ -73,6 +73,8 @@ class RunningGateway:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        if self.thread.is_alive():  # it would go on polling replicas and stores after the test
+            raise RuntimeError("the gateway did not shut down within 30 s")
 
 
 def start_gateway(config: GatewayConfig) -> RunningGateway:

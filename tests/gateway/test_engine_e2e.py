@@ -314,10 +314,15 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
     with running_gateway(config) as gw:
         replica = gw.gateway.replicas[0]
         url = f"{gw.url}/v1/chat/completions"
-        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
-            lines = stream.iter_lines()
-            assert next(line for line in lines if '"content"' in line)
-            assert replica.reserved_tokens == cost
+        paused: list[int] = []
+        try:
+            with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
+                lines = stream.iter_lines()
+                assert next(line for line in lines if '"content"' in line)
+                paused = vllm_engine.pause()  # it cannot finish the 1500 tokens on its own
+                assert replica.reserved_tokens == cost
+        finally:
+            vllm_engine.resume(paused)
         # the client is gone after 1 token of 1500
         deadline = time.monotonic() + 10
         while (
@@ -326,11 +331,13 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
             time.sleep(0.05)
         assert replica.reserved_tokens == 0
         assert engine_gauge(vllm_engine, "vllm:num_requests_running") == 0  # vLLM aborted it
-        # a non-streaming request whose client times out frees the budget too
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
-        deadline = time.monotonic() + 10
-        while replica.reserved_tokens and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert replica.reserved_tokens == 0
+        # a non-streaming request whose client times out frees the budget too (the engine is
+        # frozen so that 1500 tokens cannot come back within the client's 1 s)
+        with vllm_engine.paused():
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
+            deadline = time.monotonic() + 10
+            while replica.reserved_tokens and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert replica.reserved_tokens == 0
         assert gw.gateway.metrics.disconnects.get() == 2

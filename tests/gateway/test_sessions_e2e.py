@@ -5,15 +5,18 @@ gateway instances (Redis)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
+from kvwise.gateway.fake_upstream import Behaviour
 from kvwise.gateway.sessions import SessionCaps, SqliteStore
 from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, RedisProcess, tiny_model_dir
-from tests.gateway.servers import make_config, running_gateway, session_config
+from tests.gateway.servers import fake_upstreams, make_config, running_gateway, session_config
 
 pytestmark = pytest.mark.engine
 
@@ -89,3 +92,37 @@ def test_two_gateways_share_sessions_through_redis(
         assert headers["x-kvwise-history-messages"] == "4"  # system, user 0, reply 0, user 1
         headers, _ = asyncio.run(turn(first.url, "shared-agent", [user(2)]))
         assert headers["x-kvwise-history-messages"] == "6"
+
+
+@pytest.mark.redis
+def test_a_redis_outage_is_a_503_and_never_an_unstored_turn_acknowledged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis stops mid-session (its own server, not the shared one). The upstream is a fake
+    (failure injection at an exact point, not an engine's behaviour): a stream is running when
+    Redis goes, so its turn cannot be stored and it must end with an error, not [DONE]."""
+    redis = RedisProcess(log_path=tmp_path / "redis.log").start()
+    try:
+        with fake_upstreams(Behaviour(itl_s=0.05)) as ups:
+            config = make_config([ups[0][0]], sessions=session_config(redis.url))
+            with running_gateway(config) as gw:
+                url = f"{gw.url}/v1/chat/completions"
+                body = {"model": "fake", "messages": [user(0)], "max_tokens": 4, "user": "a"}
+                assert httpx.post(url, json=body).status_code == 200  # turn 1 stored
+                with httpx.stream("POST", url, json={**body, "stream": True}) as stream:
+                    lines = stream.iter_lines()
+                    assert next(line for line in lines if '"content"' in line)
+                    redis.stop()  # while the reply streams
+                    rest = list(lines)
+                assert "session store unavailable" in "".join(rest)
+                assert "data: [DONE]" not in rest
+                refused = httpx.post(url, json=body)  # the history cannot be read
+                assert refused.status_code == 503, refused.text
+                assert "session store unavailable" in refused.json()["error"]["message"]
+                stateless = httpx.post(url, json={**body, "user": None})  # no session: served
+                assert stateless.status_code == 200
+                time.sleep(1.0)  # five health ticks with the store down: one warning
+                store_warnings = [r for r in caplog.records if "not answering" in r.message]
+                assert len(store_warnings) == 1
+    finally:
+        redis.stop()

@@ -31,7 +31,7 @@ from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest
 from kvwise.gateway.security import ApiKeys, RateLimiter
-from kvwise.gateway.sessions import SessionStore, open_store
+from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.tokens import load_tokenizer
 from kvwise.gateway.upstream_http import UpstreamClient
 
@@ -58,6 +58,7 @@ class Gateway:
         self.http = httpx.AsyncClient()  # replaced in start(), inside the serving event loop
         self.upstream = UpstreamClient(config.connect_timeout_s, config.upstream_timeout_s)
         self._health_task: asyncio.Task[None] | None = None
+        self._store_is_reachable = True
 
     @property
     def prepare_context(self) -> PrepareContext:
@@ -115,13 +116,30 @@ class Gateway:
 
     async def store_turn(self, turn: TurnToStore, reply: dict[str, Any]) -> None:
         assert self.store is not None
-        await self.store.append_turn(turn.session_id, turn.system, [*turn.new_messages, reply])
+        try:
+            await self.store.append_turn(turn.session_id, turn.system, [*turn.new_messages, reply])
+        except Exception as exc:  # the client must not take an unstored turn for a stored one
+            log.warning("session store failed to store a turn: %s", exc)
+            raise store_unavailable("the turn was not stored; send it again") from None
 
     async def check_replicas(self) -> None:
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         if self.store is not None:
-            self.num_sessions = await self.store.count_sessions()
+            await self._count_sessions(self.store)
         self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
+
+    async def _count_sessions(self, store: SessionStore) -> None:
+        """The sessions gauge; a store that cannot answer is one warning, not one per tick."""
+        try:
+            self.num_sessions = await store.count_sessions()
+        except Exception as exc:  # redis down, SQLite locked...: requests report it themselves
+            if self._store_is_reachable:
+                log.warning("session store not answering: %s", exc)
+            self._store_is_reachable = False
+        else:
+            if not self._store_is_reachable:
+                log.warning("session store answering again")
+            self._store_is_reachable = True
 
     async def _check(self, replica: Replica) -> None:
         """Down when it refuses connections or answers /health with an error; a slow answer

@@ -290,6 +290,9 @@ class StreamRelay:
                 await self._forward([tail])
             if not self.is_stored:  # an upstream that ends its stream without [DONE]
                 await self._store_turn()
+        except HttpError as exc:  # the turn could not be stored: no [DONE], an error instead
+            event = sse.error_event(exc.message, exc.error_type, exc.status)
+            await exchange.send({"type": "http.response.body", "body": event, "more_body": True})
         except UpstreamConnectionError as exc:
             assert exchange.lease is not None
             gateway.mark_down(exchange.lease.replica)

@@ -13,6 +13,7 @@ are separate sequences in vLLM, so their costs add up.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from kvwise.gateway.asgi import HttpError
 from kvwise.gateway.config import SessionConfig
 from kvwise.gateway.history import Message, trim_history
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest, describe_validation_error
-from kvwise.gateway.sessions import SessionStore
+from kvwise.gateway.sessions import SessionStore, store_unavailable
 from kvwise.gateway.tokens import (
     TEMPLATE_TOKENS_FOR_REPLY,
     TokenCount,
@@ -35,6 +36,8 @@ from kvwise.gateway.tokens import (
 )
 
 AFFINITY_PREFIX_CHARS = 2048  # enough to tell system prompts apart, cheap to hash
+
+log = logging.getLogger("kvwise.gateway")
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,11 @@ async def _apply_history(
     ctx: PrepareContext, session_id: str, body: dict[str, Any], reply_tokens: int | None
 ) -> tuple[TurnToStore, list[Message], dict[str, str]]:
     assert ctx.sessions is not None and ctx.store is not None
-    stored = await ctx.store.load(session_id)
+    try:
+        stored = await ctx.store.load(session_id)
+    except Exception as exc:
+        log.warning("session store failed to load a session: %s", exc)
+        raise store_unavailable("cannot load the session's history; retry later") from None
     sent_system = [m for m in body["messages"] if m.get("role") == "system"]
     incoming = [m for m in body["messages"] if m.get("role") != "system"]
     new_messages = _new_part(stored.messages, incoming)

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvwise.gateway.asgi import HttpError
 from kvwise.gateway.history import Message, split_units
+
+
+def store_unavailable(what: str) -> HttpError:
+    """The answer when the session store (Redis down, SQLite disk full) fails a request."""
+    return HttpError(503, f"session store unavailable: {what}", "service_unavailable")
 
 
 @dataclass(frozen=True)

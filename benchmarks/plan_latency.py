@@ -3,7 +3,7 @@
 Runs the CLI as a user would, N times, and prints the median and worst wall time, plus the
 median for `--json` and for `--explain` (which plans about ten variants).
 
-    .venv/bin/python benchmarks/plan_speed.py [N]
+    .venv/bin/python benchmarks/plan_latency.py [N]
 """
 
 from __future__ import annotations
