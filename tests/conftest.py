@@ -23,6 +23,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _REPORT: list[str] = []
 
 
+@pytest.fixture(autouse=True)
+def _no_user_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A developer's own `kvwise calibrate` results must not change what the tests see."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+
+
 @pytest.fixture
 def fidelity_report() -> Iterator[list[str]]:
     lines: list[str] = []

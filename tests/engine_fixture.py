@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,13 +144,13 @@ class EngineProcess:
                 os.kill(pid, signal.SIGCONT)
 
     @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """`pause()` for the block, resumed however it ends."""
-        pids = self.pause()
+    def paused(self) -> Iterator[PausedEngine]:
+        """`pause()` for the block, resumed however it ends; `step()` lets it run a moment."""
+        paused = PausedEngine(self.pause())
         try:
-            yield
+            yield paused
         finally:
-            self.resume(pids)
+            self.resume(paused.pids)
 
     def kill(self) -> None:
         """SIGKILL the server and its engine children (its own process group): a crash."""
@@ -163,6 +163,34 @@ class EngineProcess:
             _stop(self.proc)
             with contextlib.suppress(ProcessLookupError):  # its engine children, to be sure
                 os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class PausedEngine:
+    pids: list[int]
+
+    def step(self, run_s: float = 0.02) -> None:
+        """Let the engine run for about `run_s`: a few tokens, not a whole reply.
+
+        A client sees a token only after the engine, the API server, the gateway and its own
+        event loop have all had the CPU; on a loaded 2-core machine that lag can exceed the
+        time a tiny model needs for a 200-token reply. Stepping bounds what the engine does
+        while the test waits for the client to see it.
+        """
+        EngineProcess.resume(self.pids)
+        time.sleep(run_s)
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def step_until(self, is_done: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Step, then give the client 0.1 s to see the result, until `is_done()`."""
+        deadline = time.monotonic() + timeout_s
+        while not is_done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not done after {timeout_s:.0f} s of stepping the engine")
+            self.step()
+            time.sleep(0.1)
 
 
 @dataclass

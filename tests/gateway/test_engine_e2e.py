@@ -314,23 +314,34 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
     with running_gateway(config) as gw:
         replica = gw.gateway.replicas[0]
         url = f"{gw.url}/v1/chat/completions"
-        paused: list[int] = []
-        try:
+        generated_before = engine_gauge(vllm_engine, "vllm:generation_tokens_total")
+        with vllm_engine.paused() as frozen:  # a few tokens at a time: 1500 cannot finish
+            has_token = threading.Event()
+            stepper = threading.Thread(target=frozen.step_until, args=(has_token.is_set,))
+            stepper.start()
             with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as stream:
                 lines = stream.iter_lines()
-                assert next(line for line in lines if '"content"' in line)
-                paused = vllm_engine.pause()  # it cannot finish the 1500 tokens on its own
-                assert replica.reserved_tokens == cost
-        finally:
-            vllm_engine.resume(paused)
-        # the client is gone after 1 token of 1500
+                first = next(line for line in lines if '"content"' in line)
+                has_token.set()
+                stepper.join()
+                assert replica.reserved_tokens == cost, (
+                    first,
+                    gw.gateway.metrics.registry.render(),
+                    list(lines)[-3:],
+                )
+            # the client is gone after a few tokens of 1500
+            deadline = time.monotonic() + 10
+            while replica.reserved_tokens and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert replica.reserved_tokens == 0
         deadline = time.monotonic() + 10
-        while (
-            replica.reserved_tokens or engine_gauge(vllm_engine, "vllm:num_requests_running")
-        ) and (time.monotonic() < deadline):
+        while engine_gauge(vllm_engine, "vllm:num_requests_running") and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.05)
-        assert replica.reserved_tokens == 0
-        assert engine_gauge(vllm_engine, "vllm:num_requests_running") == 0  # vLLM aborted it
+        assert engine_gauge(vllm_engine, "vllm:num_requests_running") == 0
+        generated = engine_gauge(vllm_engine, "vllm:generation_tokens_total") - generated_before
+        assert generated < 1500  # vLLM aborted it rather than finishing it
         # a non-streaming request whose client times out frees the budget too (the engine is
         # frozen so that 1500 tokens cannot come back within the client's 1 s)
         with vllm_engine.paused():

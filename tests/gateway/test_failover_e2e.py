@@ -4,6 +4,7 @@ token complete on the other replica; streams that had end with a clean error eve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,17 +12,19 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, tiny_model_dir
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, PausedEngine, tiny_model_dir
 from tests.gateway.servers import make_config, running_gateway, wait_until
 
 pytestmark = pytest.mark.engine
 
 QUESTION = [{"role": "user", "content": "Count to a thousand."}]
+# long enough that the engine, let run a few ms at a time, cannot finish a reply by accident
+MAX_TOKENS = 1800
 
 
 async def whole(api: openai.AsyncOpenAI, session: str) -> int:
     reply = await api.chat.completions.create(
-        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=200, user=session,
+        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=MAX_TOKENS, user=session,
         extra_body={"ignore_eos": True},
     )  # fmt: skip
     assert reply.usage is not None
@@ -30,7 +33,7 @@ async def whole(api: openai.AsyncOpenAI, session: str) -> int:
 
 async def streamed(api: openai.AsyncOpenAI, session: str, first_token: asyncio.Event) -> str:
     stream = await api.chat.completions.create(
-        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=200, user=session, stream=True,
+        model=SERVED_MODEL_NAME, messages=QUESTION, max_tokens=MAX_TOKENS, user=session, stream=True,
         stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
     )  # fmt: skip
     num_events = 0
@@ -70,10 +73,17 @@ def test_killed_replica_costs_no_request_that_had_not_streamed(
                     base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=300
                 )
                 first_token = asyncio.Event()
+                stepper = PausedEngine(doomed.pause())  # never resumed: it is killed
                 streams = [asyncio.create_task(streamed(api, first, first_token))]
-                await first_token.wait()
-                doomed.pause()  # its stream stays mid-way
-                assert doomed_replica.num_in_flight == 1
+                for _ in range(300):  # a few tokens at a time until the client has one
+                    stepper.step()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(first_token.wait(), 0.2)
+                        break
+                assert first_token.is_set(), "the doomed replica never streamed a token"
+                assert doomed_replica.num_in_flight == 1, [
+                    (r.num_in_flight, r.is_healthy) for r in gw.gateway.replicas
+                ]
                 with vllm_engine.paused():
                     streams += [
                         asyncio.create_task(streamed(api, f"t{i}", asyncio.Event()))
@@ -90,10 +100,12 @@ def test_killed_replica_costs_no_request_that_had_not_streamed(
 
             t0 = time.monotonic()
             completion_tokens, stream_outcomes = asyncio.run(scenario())
-            assert completion_tokens == [200] * 6  # every non-streamed request completed
+            assert completion_tokens == [MAX_TOKENS] * 6  # every non-streamed request completed
             assert stream_outcomes[0].startswith("error after"), stream_outcomes
             assert "failed mid-stream" in stream_outcomes[0]
-            assert stream_outcomes[1:] == ["complete: 200"] * 3  # none had streamed: failed over
+            assert (
+                stream_outcomes[1:] == [f"complete: {MAX_TOKENS}"] * 3
+            )  # none had streamed: failed over
             assert gw.gateway.metrics.failovers.get() >= 2
             assert not doomed_replica.is_healthy
             assert time.monotonic() - t0 < 240

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvwise.cli import main
+from kvwise.core.calibration import Calibration, calibration_path, save_calibration
 
 BASE = ["simulate", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--max-model-len", "8192"]
 SMALL = [
@@ -66,6 +67,25 @@ def test_json_has_vllm_bench_keys_and_kvwise_extras(capsys: pytest.CaptureFixtur
 
 def test_same_seed_same_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_json(capsys, "--seed", "5") == run_json(capsys, "--seed", "5")
+
+
+def test_a_users_calibration_drives_the_simulation_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shipped = run_json(capsys)
+    assert "not calibrated" in shipped["config"]["step_time_source"]
+    coefficients = shipped["config"]["step_time_coefficients"]
+    slower = {name: value * 2 for name, value in coefficients.items()}  # a slower card than ours
+    save_calibration(
+        Calibration("RTX 4090", "Qwen/Qwen2.5-7B-Instruct", slower, "2026-11-30T10:00:00+00:00",
+                    calibration_path(), ("bench-1.json",), 64)
+    )  # fmt: skip
+    calibrated = run_json(capsys)
+    assert "calibrated" in calibrated["config"]["step_time_source"]
+    assert "not calibrated" not in calibrated["config"]["step_time_source"]
+    assert calibrated["mean_tpot_ms"] > 1.5 * shipped["mean_tpot_ms"]
+    assert main([*BASE, *SMALL]) == 0  # the table says where its step times come from
+    assert calibrated["config"]["step_time_source"] in capsys.readouterr().out
 
 
 def test_compare_runs_each_flag_set(capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,6 +52,7 @@ def config_json(dep: Deployment) -> dict[str, Any]:
         "block_size": engine.block_size,
         "kv_tokens": (engine.num_gpu_blocks - 1) * engine.block_size,
         "step_time_coefficients": dep.config.coefficients.to_json(),
+        "step_time_source": dep.coefficients_note,
     }
 
 
@@ -157,5 +158,7 @@ def print_report(
         for finding in verdicts(run.result):
             prefix = f"{run.label}: " if len(runs) > 1 else ""
             console.print(f"[yellow]![/] {prefix}{finding}")
+    for note in dict.fromkeys(run.deployment.coefficients_note for run in runs):
+        console.print(f"[dim]{note}[/]", soft_wrap=True)  # a path stays one piece
     if plot_path:
         console.print(f"charts: {plot_path}")
