@@ -10,8 +10,14 @@ import openai
 import pytest
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour
-from tests.gateway.servers import fake_upstreams, make_config, running_gateway, wait_until
+from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from tests.gateway.servers import (
+    LoopThread,
+    fake_upstreams,
+    make_config,
+    running_gateway,
+    wait_until,
+)
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
@@ -128,3 +134,27 @@ def test_metrics_show_queue_budget_latency_and_token_timing() -> None:
         'kvwise_request_duration_seconds_count{replica="r0"} 1',
     ):
         assert line in text.splitlines()
+
+
+def test_with_every_replica_down_requests_get_503_until_one_is_back() -> None:
+    """Failure injection (the fake upstream stops and restarts on its port)."""
+    loop = LoopThread()
+    upstream = FakeUpstream(Behaviour())
+    try:
+        port = loop.run(upstream.start())
+        with running_gateway(make_config([f"http://127.0.0.1:{port}"])) as gw:
+            url = f"{gw.url}/v1/chat/completions"
+            assert httpx.post(url, json=CHAT).status_code == 200
+            loop.run(upstream.stop())
+            assert wait_until(lambda: not gw.gateway.replicas[0].is_healthy)
+            refused = httpx.post(url, json=CHAT)
+            assert refused.status_code == 503
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "no healthy replica" in refused.json()["error"]["message"]
+            assert httpx.get(f"{gw.url}/health").status_code == 503
+            loop.run(upstream.start(port=port))  # back on the same address
+            assert wait_until(lambda: gw.gateway.replicas[0].is_healthy)
+            assert httpx.post(url, json=CHAT).status_code == 200
+    finally:
+        loop.run(upstream.stop())
+        loop.close()

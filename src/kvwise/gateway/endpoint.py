@@ -109,7 +109,10 @@ class Exchange:
             await self._fail(HttpError(429, message, "rate_limit_exceeded", headers=retry_after))
             return
         except NoReplica:
-            await self._fail(HttpError(503, "no healthy replica", "service_unavailable"))
+            # a replica can be seen back at the next health check, a fraction of a second away
+            retry_after = {"retry-after": "1"}
+            error = HttpError(503, "no healthy replica", "service_unavailable", headers=retry_after)
+            await self._fail(error)
             return
         try:
             if self.prepared.is_stream:
