@@ -13,7 +13,7 @@ from typing import Any
 
 from kvwise.bench.measured import timed, typical_gap
 from kvwise.bench.records import RequestRecord
-from kvwise.sim.metrics import percentile
+from kvwise.sim.metrics import stats_ms, totals
 
 # the figures shown side by side with the simulator's, in this order
 COMPARED_KEYS = (
@@ -29,16 +29,6 @@ COMPARED_KEYS = (
 )
 
 
-def stats_ms(values_s: list[float], name: str) -> dict[str, float]:
-    ordered = sorted(values_s)
-    return {
-        f"mean_{name}_ms": sum(ordered) / len(ordered) * 1000 if ordered else 0.0,
-        f"median_{name}_ms": percentile(ordered, 50) * 1000,
-        f"p90_{name}_ms": percentile(ordered, 90) * 1000,
-        f"p99_{name}_ms": percentile(ordered, 99) * 1000,
-    }
-
-
 def summarize(records: list[RequestRecord]) -> dict[str, Any]:
     done = [r for r in records if r.is_ok]
     start_s = min((r.sent_s for r in records), default=0.0)
@@ -46,20 +36,13 @@ def summarize(records: list[RequestRecord]) -> dict[str, Any]:
     duration = max(end_s - start_s, 1e-9)
     input_tokens = sum(r.input_tokens for r in done)
     output_tokens = sum(r.output_tokens or 0 for r in done)
-    metrics: dict[str, Any] = {
-        "completed": len(done),
-        "failed": len(records) - len(done),
-        "duration": duration,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "request_throughput": len(done) / duration,
-        "output_throughput": output_tokens / duration,
-        "total_token_throughput": (input_tokens + output_tokens) / duration,
-    }
-    metrics |= stats_ms([r.ttft_s for r in done if r.ttft_s is not None], "ttft")
-    metrics |= stats_ms([t for t in (r.tpot_s for r in done) if t is not None], "tpot")
-    metrics |= stats_ms([gap for r in done for gap in r.itl_s], "itl")
-    metrics |= stats_ms([r.e2el_s for r in done], "e2el")
+    metrics: dict[str, Any] = totals(len(done), duration, input_tokens, output_tokens)
+    metrics = {"completed": len(done), "failed": len(records) - len(done)} | metrics
+    shown = (90, 99)
+    metrics |= stats_ms([r.ttft_s for r in done if r.ttft_s is not None], "ttft", shown)
+    metrics |= stats_ms([t for t in (r.tpot_s for r in done) if t is not None], "tpot", shown)
+    metrics |= stats_ms([gap for r in done for gap in r.itl_s], "itl", shown)
+    metrics |= stats_ms([r.e2el_s for r in done], "e2el", shown)
     cached = [r.cached_tokens for r in done if r.cached_tokens is not None]
     if cached:
         metrics["total_cached_tokens"] = sum(cached)

@@ -27,13 +27,28 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def _stats_ms(values_s: list[float], prefix: str) -> dict[str, float]:
+def stats_ms(
+    values_s: list[float], name: str, percentiles: tuple[int, ...] = (99,)
+) -> dict[str, float]:
+    """vLLM benchmark_serving's mean, median and percentile keys for one latency, in ms."""
     ordered = sorted(values_s)
     mean = sum(ordered) / len(ordered) if ordered else 0.0
+    stats = {f"mean_{name}_ms": mean * 1000, f"median_{name}_ms": percentile(ordered, 50) * 1000}
+    return stats | {f"p{q}_{name}_ms": percentile(ordered, q) * 1000 for q in percentiles}
+
+
+def totals(
+    num_completed: int, duration_s: float, input_tokens: int, output_tokens: int
+) -> dict[str, Any]:
+    """vLLM benchmark_serving's counts and throughputs."""
     return {
-        f"mean_{prefix}_ms": mean * 1000,
-        f"median_{prefix}_ms": percentile(ordered, 50) * 1000,
-        f"p99_{prefix}_ms": percentile(ordered, 99) * 1000,
+        "completed": num_completed,
+        "duration": duration_s,
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": output_tokens,
+        "request_throughput": num_completed / duration_s,
+        "output_throughput": output_tokens / duration_s,
+        "total_token_throughput": (input_tokens + output_tokens) / duration_s,
     }
 
 
@@ -70,24 +85,16 @@ def summarize(engine: Engine) -> dict[str, Any]:
     gaps = sum(max(r.num_output_tokens - 1, 0) for r in done)
     queue_s = [r.first_scheduled_s - r.arrival_s for r in done if r.first_scheduled_s is not None]
     scheduler, usable = engine.scheduler, engine.config.num_gpu_blocks - 1
-    metrics: dict[str, Any] = {
-        "completed": len(done),
-        "rejected": len(engine.rejected),
-        "duration": duration,
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": output_tokens,
-        "request_throughput": len(done) / duration,
-        "output_throughput": output_tokens / duration,
-        "total_token_throughput": (input_tokens + output_tokens) / duration,
-    }
-    metrics |= _stats_ms(ttfts, "ttft")
-    metrics |= _stats_ms(tpots, "tpot")
+    metrics: dict[str, Any] = totals(len(done), duration, input_tokens, output_tokens)
+    metrics = {"completed": len(done), "rejected": len(engine.rejected)} | metrics
+    metrics |= stats_ms(ttfts, "ttft")
+    metrics |= stats_ms(tpots, "tpot")
     metrics |= {
         "mean_itl_ms": decode_s / gaps * 1000 if gaps else 0.0,
         "median_itl_ms": _hist_percentile_s(engine.itl_hist, 50) * 1000,
         "p99_itl_ms": _hist_percentile_s(engine.itl_hist, 99) * 1000,
     }
-    metrics |= _stats_ms([r.finish_s - r.sent_s for r in done], "e2el")
+    metrics |= stats_ms([r.finish_s - r.sent_s for r in done], "e2el")
     metrics |= {
         "mean_queue_ms": sum(queue_s) / len(queue_s) * 1000 if queue_s else 0.0,
         "num_preemptions": scheduler.num_preemptions,
