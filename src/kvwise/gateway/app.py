@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -242,6 +243,10 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await gateway.start()
+        # What start-up created lives as long as the process: out of the collector's sight,
+        # full collections stay short (they would otherwise walk every imported module's objects
+        # while requests wait)
+        gc.freeze()
         watch = asyncio.create_task(supervisor.watch()) if supervisor is not None else None
         try:
             yield

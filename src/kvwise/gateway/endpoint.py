@@ -19,8 +19,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvwise.gateway import sse
 from kvwise.gateway.admission import Lease, NoReplica, Overloaded
@@ -73,15 +72,34 @@ class CompletionsEndpoint:
         except ClientGone:
             return
         exchange = Exchange(gateway, prepared, send, started_s)
-        work = asyncio.ensure_future(exchange.run())
-        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
-        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
-        watcher.cancel()
-        if not work.done():
-            work.cancel()
+        # The exchange runs in this task (a task of its own would cost a pass of the event loop
+        # on the TTFT path); a watcher cancels it if the client goes away first.
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(_cancel_when_gone(receive, task, exchange))
+        try:
+            await exchange.run()
+        except asyncio.CancelledError:
+            if not exchange.is_abandoned:
+                raise  # the server is shutting down: not ours to swallow
+            _uncancel(task)
             gateway.metrics.disconnects.inc()
-        with suppress(asyncio.CancelledError):
-            await work
+        finally:
+            watcher.cancel()
+
+
+async def _cancel_when_gone(receive: Receive, task: asyncio.Task[Any], exchange: Exchange) -> None:
+    await wait_for_disconnect(receive)
+    if not exchange.is_done:  # the task is suspended inside exchange.run(): stop it there
+        exchange.is_abandoned = True
+        task.cancel()
+
+
+def _uncancel(task: asyncio.Task[Any]) -> None:
+    """Python >= 3.11 counts cancellations; this one was handled (3.10 has no count)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
 
 
 class Exchange:
@@ -97,8 +115,16 @@ class Exchange:
         self.sent_upstream_s = started_s
         self.tried: list[Replica] = []
         self.has_started_response = False
+        self.is_done = False  # run() has returned
+        self.is_abandoned = False  # the client went away while run() was under way
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self.is_done = True
+
+    async def _run(self) -> None:
         asked_s = time.perf_counter()
         try:
             self.lease = await self.gateway.admission.acquire(self.prepared.ticket)
@@ -312,14 +338,20 @@ class StreamRelay:
         if not events:
             return
         now_s = time.perf_counter()
-        for event in events:
-            if sse.is_done(event):
-                await self._store_turn()
-            elif event.startswith(b"data: {"):
-                self._observe(event, now_s)
+        is_last = any(sse.is_done(event) for event in events)
+        if is_last:  # the turn is stored from every chunk before [DONE] reaches the client
+            self._observe_all(events, now_s)
+            await self._store_turn()
         await self.exchange.send(
             {"type": "http.response.body", "body": b"".join(events), "more_body": True}
         )
+        if not is_last:  # after the send: parsing the chunks is not on the client's path
+            self._observe_all(events, now_s)
+
+    def _observe_all(self, events: list[bytes], now_s: float) -> None:
+        for event in events:
+            if event.startswith(b"data: {"):
+                self._observe(event, now_s)
 
     def _record_overhead(self) -> None:
         """The gateway's own time on the TTFT path: request in -> request out (queue wait

@@ -31,28 +31,53 @@ class _StaleConnection(UpstreamConnectionError):
     """A kept-alive connection was closed by the server before it answered anything."""
 
 
-@dataclass
 class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    read_timeout_s: float
-    is_reused: bool = False
+    """A kept-alive upstream connection whose reads time out after `read_timeout_s`.
+
+    One timer per connection, re-armed lazily, rather than one per read: each read only moves a
+    deadline, and the timer, when it fires, aborts the connection if a read has been waiting
+    past its deadline, else sleeps until the new one. Streaming relays read once per SSE event.
+    """
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, read_timeout_s: float
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.read_timeout_s = read_timeout_s
+        self.is_reused = False
+        self.timed_out = False
+        self._loop = asyncio.get_running_loop()
+        self._is_reading = False
+        self._deadline_s = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     async def timed(self, read: Awaitable[T]) -> T:
-        """`read`, or the connection aborted after `read_timeout_s` (the read then fails).
-        A timer per read, not `asyncio.wait_for`, which costs a task per call on Python < 3.12
-        and is paid on every relayed SSE event."""
-        timer = asyncio.get_running_loop().call_later(self.read_timeout_s, self._time_out)
+        """`read`, or the connection aborted after `read_timeout_s` (the read then fails)."""
+        self._deadline_s = self._loop.time() + self.read_timeout_s
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._deadline_s, self._check_deadline)
+        self._is_reading = True
         try:
             return await read
         finally:
-            timer.cancel()
+            self._is_reading = False
 
-    def _time_out(self) -> None:
-        self.timed_out = True
-        self.writer.transport.abort()
+    def _check_deadline(self) -> None:
+        self._timer = None
+        if not self._is_reading:
+            return  # between reads, or idle in the pool: the next read arms a timer again
+        if self._loop.time() >= self._deadline_s:
+            self.timed_out = True
+            self.writer.transport.abort()
+        else:
+            self._timer = self._loop.call_at(self._deadline_s, self._check_deadline)
 
-    timed_out: bool = False
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.writer.close()
 
 
 @dataclass
@@ -152,19 +177,19 @@ class UpstreamClient:
             head = await connection.timed(connection.reader.readuntil(b"\r\n\r\n"))
             status, headers = _parse_head(head)
         except (ConnectionResetError, BrokenPipeError) as exc:
-            connection.writer.close()
+            connection.close()
             raise _StaleConnection(type(exc).__name__) from None
         except asyncio.IncompleteReadError as exc:
-            connection.writer.close()
+            connection.close()
             if connection.timed_out:
                 raise UpstreamConnectionError("timed out waiting for the response") from None
             error = _StaleConnection if not exc.partial else UpstreamConnectionError
             raise error("connection closed before the response") from None
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
-            connection.writer.close()
+            connection.close()
             raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
         except BaseException:  # cancelled (the client left): the connection is mid-exchange
-            connection.writer.close()
+            connection.close()
             raise
         return UpstreamResponse(status, headers, connection, self, key)
 
@@ -175,7 +200,7 @@ class UpstreamClient:
             if not connection.reader.at_eof():
                 connection.is_reused = True
                 return connection
-            connection.writer.close()
+            connection.close()
         return await self._connect(key)
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
@@ -191,12 +216,12 @@ class UpstreamClient:
         if keep and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
             self._idle[key].append(connection)
         else:
-            connection.writer.close()
+            connection.close()
 
     def close(self) -> None:
         for connections in self._idle.values():
             for connection in connections:
-                connection.writer.close()
+                connection.close()
         self._idle.clear()
 
 

@@ -1,0 +1,85 @@
+"""The gateway's upstream HTTP client: read timeouts on a stalled stream, none on a slow one.
+
+The upstream here is a raw asyncio server scripted byte by byte: the test is about how the
+client times its reads, which needs exact control of when each byte arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+Script = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+async def serve_once(script: Script) -> tuple[asyncio.Server, str]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            await script(writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1/completions"
+
+
+async def read_stream(script: Script, read_timeout_s: float) -> tuple[list[bytes], float]:
+    server, url = await serve_once(script)
+    client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=read_timeout_s)
+    started_s = time.perf_counter()
+    try:
+        response = await client.post(url, b"{}", {})
+        pieces = [piece async for piece in response.iter_raw()]
+        response.close()
+        return pieces, time.perf_counter() - started_s
+    finally:
+        client.close()
+        server.close()
+
+
+def test_a_stream_that_stalls_fails_after_the_read_timeout() -> None:
+    async def stall_after_one_event(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + chunk(b"data: 1\n\n"))
+        await asyncio.sleep(5)
+
+    started_s = time.perf_counter()
+    with pytest.raises(UpstreamConnectionError, match="timed out"):
+        asyncio.run(read_stream(stall_after_one_event, read_timeout_s=0.3))
+    assert time.perf_counter() - started_s < 2.0  # not the upstream's 5 s
+
+
+def test_a_slow_stream_longer_than_the_read_timeout_is_not_cut() -> None:
+    """The timeout bounds each wait for bytes, not the whole stream."""
+
+    async def one_event_every_100ms(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for i in range(8):
+            await asyncio.sleep(0.1)
+            writer.write(chunk(b"data: %d\n\n" % i))
+        writer.write(b"0\r\n\r\n")
+
+    pieces, elapsed_s = asyncio.run(read_stream(one_event_every_100ms, read_timeout_s=0.3))
+    assert b"".join(pieces) == b"".join(b"data: %d\n\n" % i for i in range(8))
+    assert elapsed_s > 0.6  # longer than two read timeouts, and not cut
+
+
+def test_a_response_head_that_never_comes_times_out() -> None:
+    async def say_nothing(writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+
+    with pytest.raises(UpstreamConnectionError, match="timed out waiting for the response"):
+        asyncio.run(read_stream(say_nothing, read_timeout_s=0.3))
