@@ -168,6 +168,7 @@ class EngineProcess:
 @dataclass
 class PausedEngine:
     pids: list[int]
+    longest_step_s: float = 0.0  # SIGCONT to SIGSTOP, the longest so far (for failure messages)
 
     def step(self, run_s: float = 0.02) -> None:
         """Let the engine run for about `run_s`: a few tokens, not a whole reply.
@@ -176,12 +177,16 @@ class PausedEngine:
         event loop have all had the CPU; on a loaded 2-core machine that lag can exceed the
         time a tiny model needs for a 200-token reply. Stepping bounds what the engine does
         while the test waits for the client to see it.
+
+        The resume-sleep-stop runs in a shell of its own, not in this process: here the stop
+        would wait for the GIL, which the in-process gateway and client hold while they relay
+        the very tokens the engine is producing, and a late stop lets a whole reply through.
         """
-        EngineProcess.resume(self.pids)
-        time.sleep(run_s)
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
+        pids = " ".join(str(pid) for pid in self.pids)
+        script = f"kill -CONT {pids}; sleep {run_s}; kill -STOP {pids}"
+        started_s = time.monotonic()
+        subprocess.run(["/bin/sh", "-c", script], stderr=subprocess.DEVNULL, check=False)
+        self.longest_step_s = max(self.longest_step_s, time.monotonic() - started_s)
 
     def step_until(self, is_done: Callable[[], bool], timeout_s: float = 60.0) -> None:
         """Step, then give the client 0.1 s to see the result, until `is_done()`."""

@@ -334,6 +334,8 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
                 stepper.join()
                 assert replica.reserved_tokens == cost, (
                     first,
+                    f"longest engine step {frozen.longest_step_s:.3f} s",
+                    engine_gauge(vllm_engine, "vllm:generation_tokens_total") - generated_before,
                     gw.gateway.metrics.registry.render(),
                     list(lines)[-3:],
                 )

@@ -91,6 +91,7 @@ def test_killed_replica_costs_no_request_that_had_not_streamed(
                     [(r.num_in_flight, r.is_healthy) for r in gw.gateway.replicas],
                     [line for line in metrics.registry.render().splitlines() if "total" in line],
                     streams[0].done() and streams[0].result(),
+                    f"longest engine step {stepper.longest_step_s:.3f} s",
                 )
                 with vllm_engine.paused():
                     streams += [
