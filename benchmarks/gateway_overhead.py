@@ -13,12 +13,14 @@ difference and ratio:
     gateway CPU          = its process CPU time per relayed chunk (Linux /proc)
 
 The end-to-end difference also holds what the extra process costs the operating system (one
-more hop, scheduled on a shared 2-core VM here); the gateway's own time does not. The default
-pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on one GPU
+more hop, scheduled on a shared 2-core VM here); the gateway's own time does not. To separate
+the two, the same load also runs through a byte pump (`byte_pump.py`: bytes copied both ways,
+nothing parsed) in the gateway's place: what the pump adds is the floor of any Python relay on
+the machine. The default pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on one GPU
 decoding a batch of 64.
 
-Three processes: the fake upstream, the gateway (`kvwise serve`, as users run it) and this
-load generator (asyncio over raw sockets, so the client adds as little as possible to both
+Four processes: the fake upstream, the gateway (`kvwise serve`, as users run it), the pump and
+this load generator (asyncio over raw sockets, so the client adds as little as possible to both
 sides). Usage:
 
     .venv/bin/python benchmarks/gateway_overhead.py [--streams 64] [--seconds 8] [--rounds 3]
@@ -130,7 +132,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_servers(ttft_ms: float, itl_ms: float) -> tuple[list[subprocess.Popen[bytes]], int, int]:
+def start_servers(
+    ttft_ms: float, itl_ms: float
+) -> tuple[list[subprocess.Popen[bytes]], int, int, int]:
     upstream_port, gateway_port = free_port(), free_port()
     python = sys.executable
     upstream = subprocess.Popen(
@@ -146,7 +150,13 @@ def start_servers(ttft_ms: float, itl_ms: float) -> tuple[list[subprocess.Popen[
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     wait_port(gateway_port)
-    return [upstream, gateway], upstream_port, gateway_port
+    pump_port = free_port()
+    pump = subprocess.Popen(
+        [python, os.path.join(os.path.dirname(__file__), "byte_pump.py"), str(pump_port),
+         str(upstream_port)],
+    )  # fmt: skip
+    wait_port(pump_port)
+    return [upstream, gateway, pump], upstream_port, gateway_port, pump_port
 
 
 def cpu_s(pid: int) -> float:
@@ -189,16 +199,19 @@ def summarise(tallies: list[Tally], elapsed_s: float) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    procs, upstream_port, gateway_port = start_servers(args.ttft_ms, args.itl_ms)
+    procs, upstream_port, gateway_port, pump_port = start_servers(args.ttft_ms, args.itl_ms)
     gateway_cpu_s = 0.0
     tokens = int(BODY_TEMPLATE["max_tokens"])  # type: ignore[call-overload]
     stagger_s = (args.ttft_ms + args.itl_ms * (tokens - 1)) / 1000
     try:
         asyncio.run(drive(gateway_port, args.streams, 1.0))  # warm-up: connections, imports
-        results: dict[str, list[tuple[Tally, float]]] = {"direct": [], "gateway": []}
-        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both
-            direct = drive(upstream_port, args.streams, args.seconds, stagger_s)
-            results["direct"].append(asyncio.run(direct))
+        asyncio.run(drive(pump_port, args.streams, 1.0))
+        results: dict[str, list[tuple[Tally, float]]] = {"direct": [], "gateway": [], "pump": []}
+        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all
+            straight = drive(upstream_port, args.streams, args.seconds, stagger_s)
+            results["direct"].append(asyncio.run(straight))
+            pumped = drive(pump_port, args.streams, args.seconds, stagger_s)
+            results["pump"].append(asyncio.run(pumped))
             before_s = cpu_s(procs[1].pid)
             through = drive(gateway_port, args.streams, args.seconds, stagger_s)
             results["gateway"].append(asyncio.run(through))
@@ -211,6 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     gateway_events = sum(t.num_events for t, _ in results["gateway"])
     direct = summarise([t for t, _ in results["direct"]], sum(e for _, e in results["direct"]))
     gateway = summarise([t for t, _ in results["gateway"]], sum(e for _, e in results["gateway"]))
+    pump = summarise([t for t, _ in results["pump"]], sum(e for _, e in results["pump"]))
     return {
         "setup": {
             "streams": args.streams,
@@ -224,6 +238,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         },
         "direct": direct,
         "gateway": gateway,
+        "byte_pump": pump,
+        "byte_pump_added_ttft_p50_ms": pump["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "byte_pump_added_ttft_p99_ms": pump["ttft_p99_ms"] - direct["ttft_p99_ms"],
         "added_ttft_p50_ms": gateway["ttft_p50_ms"] - direct["ttft_p50_ms"],
         "added_ttft_p99_ms": gateway["ttft_p99_ms"] - direct["ttft_p99_ms"],
         "chunks_per_s_ratio": gateway["chunks_per_s"] / direct["chunks_per_s"],
@@ -247,6 +264,9 @@ def report(result: dict[str, object]) -> str:
         f"added TTFT p50: {result['added_ttft_p50_ms']:.2f} ms   (bar: < 1 ms)",
         f"added TTFT p99: {result['added_ttft_p99_ms']:.2f} ms   (bar: < 5 ms)",
         f"chunks/s through the gateway / direct: {result['chunks_per_s_ratio']:.2f}",
+        "reference, a byte pump in the gateway's place (benchmarks/byte_pump.py): added TTFT "
+        f"p50 {result['byte_pump_added_ttft_p50_ms']:.2f} ms, "
+        f"p99 {result['byte_pump_added_ttft_p99_ms']:.2f} ms",
         "gateway's own time on the TTFT path: "
         f"p50 <= {result['gateway_own_ttft_p50_ms_at_most']:g} ms, "
         f"p99 <= {result['gateway_own_ttft_p99_ms_at_most']:g} ms",
