@@ -13,17 +13,23 @@ difference and ratio:
     gateway CPU          = its process CPU time per relayed chunk (Linux /proc)
 
 The end-to-end difference also holds what the extra process costs the operating system (one
-more hop, scheduled on a shared 2-core VM here); the gateway's own time does not. To separate
-the two, the same load also runs through a byte pump (`byte_pump.py`: bytes copied both ways,
-nothing parsed) in the gateway's place: what the pump adds is the floor of any Python relay on
-the machine. The default pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on one GPU
-decoding a batch of 64.
+more hop, scheduled on the same CPUs as the load generator and the upstream); the gateway's own
+time does not. Two references separate them, both measured in the same run:
 
-Four processes: the fake upstream, the gateway (`kvwise serve`, as users run it), the pump and
-this load generator (asyncio over raw sockets, so the client adds as little as possible to both
-sides). Usage:
+* a byte pump (`byte_pump.py`: bytes copied both ways, nothing parsed) in the gateway's place:
+  what it adds is the floor of any Python relay on the machine;
+* two CPU layouts, alternated round by round: `shared` (every process on every CPU: on a 2-core
+  VM four busy processes evict each other's caches) and `own-core` (the relay under test on CPU
+  1, the load generator and the upstream on CPU 0), as in a deployment where clients are
+  remote and the engine's server has cores of its own.
+
+The default pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on
+one GPU decoding a batch of 64. Four processes: the fake upstream, the gateway (`kvwise serve`,
+as users run it), the pump and this load generator (asyncio over raw sockets, so the client
+adds as little as possible). Usage:
 
     .venv/bin/python benchmarks/gateway_overhead.py [--streams 64] [--seconds 8] [--rounds 3]
+        [--layout shared|own-core|both]
 """
 
 from __future__ import annotations
@@ -198,33 +204,81 @@ def summarise(tallies: list[Tally], elapsed_s: float) -> dict[str, float]:
     }
 
 
+LAYOUTS = ("shared", "own-core")
+
+
+def set_affinity(pid: int, cpus: set[int]) -> None:
+    """Every thread of the process (Linux: /proc/PID/task), not only its main one."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), cpus)
+
+
+def apply_layout(layout: str, upstream_pid: int, relay_pids: list[int]) -> None:
+    """shared: every process on every CPU. own-core: the relay under test (gateway or pump) on
+    CPU 1, the load generator and the upstream on CPU 0, as when clients are remote and the
+    engine's server has cores of its own."""
+    every = set(range(os.cpu_count() or 1))
+    clients = every if layout == "shared" else {0}
+    relays = every if layout == "shared" else {1}
+    set_affinity(os.getpid(), clients)
+    set_affinity(upstream_pid, clients)
+    for pid in relay_pids:
+        set_affinity(pid, relays)
+
+
+def run_layout(
+    args: argparse.Namespace, ports: dict[str, int], stagger_s: float
+) -> dict[str, list[tuple[Tally, float]]]:
+    """One round of each path under the current layout, direct first."""
+    return {
+        path: [asyncio.run(drive(port, args.streams, args.seconds, stagger_s))]
+        for path, port in ports.items()
+    }
+
+
+def compare(results: dict[str, list[tuple[Tally, float]]]) -> dict[str, object]:
+    summary = {
+        path: summarise([t for t, _ in runs], sum(e for _, e in runs))
+        for path, runs in results.items()
+    }
+    direct, gateway, pump = summary["direct"], summary["gateway"], summary["pump"]
+    return {
+        **summary,
+        "added_ttft_p50_ms": gateway["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "added_ttft_p99_ms": gateway["ttft_p99_ms"] - direct["ttft_p99_ms"],
+        "byte_pump_added_ttft_p50_ms": pump["ttft_p50_ms"] - direct["ttft_p50_ms"],
+        "byte_pump_added_ttft_p99_ms": pump["ttft_p99_ms"] - direct["ttft_p99_ms"],
+        "chunks_per_s_ratio": gateway["chunks_per_s"] / direct["chunks_per_s"],
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, object]:
     procs, upstream_port, gateway_port, pump_port = start_servers(args.ttft_ms, args.itl_ms)
-    gateway_cpu_s = 0.0
+    upstream, gateway, pump = procs
+    ports = {"direct": upstream_port, "pump": pump_port, "gateway": gateway_port}
+    layouts = LAYOUTS if args.layout == "both" else (args.layout,)
     tokens = int(BODY_TEMPLATE["max_tokens"])  # type: ignore[call-overload]
     stagger_s = (args.ttft_ms + args.itl_ms * (tokens - 1)) / 1000
+    results: dict[str, dict[str, list[tuple[Tally, float]]]] = {
+        layout: {path: [] for path in ports} for layout in layouts
+    }
+    gateway_cpu_s = 0.0
     try:
         asyncio.run(drive(gateway_port, args.streams, 1.0))  # warm-up: connections, imports
         asyncio.run(drive(pump_port, args.streams, 1.0))
-        results: dict[str, list[tuple[Tally, float]]] = {"direct": [], "gateway": [], "pump": []}
         for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all
-            straight = drive(upstream_port, args.streams, args.seconds, stagger_s)
-            results["direct"].append(asyncio.run(straight))
-            pumped = drive(pump_port, args.streams, args.seconds, stagger_s)
-            results["pump"].append(asyncio.run(pumped))
-            before_s = cpu_s(procs[1].pid)
-            through = drive(gateway_port, args.streams, args.seconds, stagger_s)
-            results["gateway"].append(asyncio.run(through))
-            gateway_cpu_s += cpu_s(procs[1].pid) - before_s
+            for layout in layouts:
+                apply_layout(layout, upstream.pid, [gateway.pid, pump.pid])
+                before_s = cpu_s(gateway.pid)
+                for path, runs in run_layout(args, ports, stagger_s).items():
+                    results[layout][path] += runs
+                gateway_cpu_s += cpu_s(gateway.pid) - before_s
         own_p50_ms, own_p99_ms = overhead_percentiles_ms(gateway_port)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    gateway_events = sum(t.num_events for t, _ in results["gateway"])
-    direct = summarise([t for t, _ in results["direct"]], sum(e for _, e in results["direct"]))
-    gateway = summarise([t for t, _ in results["gateway"]], sum(e for _, e in results["gateway"]))
-    pump = summarise([t for t, _ in results["pump"]], sum(e for _, e in results["pump"]))
+    gateway_events = sum(t.num_events for r in results.values() for t, _ in r["gateway"])
     return {
         "setup": {
             "streams": args.streams,
@@ -236,37 +290,42 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             "cpus": os.cpu_count(),
             "load_average_1m_at_end": os.getloadavg()[0],
         },
-        "direct": direct,
-        "gateway": gateway,
-        "byte_pump": pump,
-        "byte_pump_added_ttft_p50_ms": pump["ttft_p50_ms"] - direct["ttft_p50_ms"],
-        "byte_pump_added_ttft_p99_ms": pump["ttft_p99_ms"] - direct["ttft_p99_ms"],
-        "added_ttft_p50_ms": gateway["ttft_p50_ms"] - direct["ttft_p50_ms"],
-        "added_ttft_p99_ms": gateway["ttft_p99_ms"] - direct["ttft_p99_ms"],
-        "chunks_per_s_ratio": gateway["chunks_per_s"] / direct["chunks_per_s"],
+        "layouts": {layout: compare(r) for layout, r in results.items()},
         "gateway_own_ttft_p50_ms_at_most": own_p50_ms,
         "gateway_own_ttft_p99_ms_at_most": own_p99_ms,
         "gateway_cpu_us_per_chunk": 1e6 * gateway_cpu_s / max(1, gateway_events),
     }
 
 
-def report(result: dict[str, object]) -> str:
-    d, g = result["direct"], result["gateway"]
-    assert isinstance(d, dict) and isinstance(g, dict)
-    lines = [
-        f"{'':22}{'direct':>12}{'via gateway':>14}",
-        f"{'requests':22}{d['requests']:>12}{g['requests']:>14}",
-        f"{'errors':22}{d['errors']:>12}{g['errors']:>14}",
-        f"{'TTFT p50 (ms)':22}{d['ttft_p50_ms']:>12.2f}{g['ttft_p50_ms']:>14.2f}",
-        f"{'TTFT p99 (ms)':22}{d['ttft_p99_ms']:>12.2f}{g['ttft_p99_ms']:>14.2f}",
-        f"{'relayed chunks/s':22}{d['chunks_per_s']:>12.0f}{g['chunks_per_s']:>14.0f}",
-        "",
-        f"added TTFT p50: {result['added_ttft_p50_ms']:.2f} ms   (bar: < 1 ms)",
-        f"added TTFT p99: {result['added_ttft_p99_ms']:.2f} ms   (bar: < 5 ms)",
-        f"chunks/s through the gateway / direct: {result['chunks_per_s_ratio']:.2f}",
-        "reference, a byte pump in the gateway's place (benchmarks/byte_pump.py): added TTFT "
-        f"p50 {result['byte_pump_added_ttft_p50_ms']:.2f} ms, "
+def report_layout(name: str, result: dict[str, object]) -> list[str]:
+    d, p, g = result["direct"], result["pump"], result["gateway"]
+    assert isinstance(d, dict) and isinstance(p, dict) and isinstance(g, dict)
+    return [
+        f"layout: {name}",
+        f"{'':22}{'direct':>10}{'byte pump':>11}{'via gateway':>13}",
+        f"{'requests':22}{d['requests']:>10}{p['requests']:>11}{g['requests']:>13}",
+        f"{'errors':22}{d['errors']:>10}{p['errors']:>11}{g['errors']:>13}",
+        f"{'TTFT p50 (ms)':22}{d['ttft_p50_ms']:>10.2f}{p['ttft_p50_ms']:>11.2f}"
+        f"{g['ttft_p50_ms']:>13.2f}",
+        f"{'TTFT p99 (ms)':22}{d['ttft_p99_ms']:>10.2f}{p['ttft_p99_ms']:>11.2f}"
+        f"{g['ttft_p99_ms']:>13.2f}",
+        f"{'relayed chunks/s':22}{d['chunks_per_s']:>10.0f}{p['chunks_per_s']:>11.0f}"
+        f"{g['chunks_per_s']:>13.0f}",
+        f"  added TTFT p50: {result['added_ttft_p50_ms']:.2f} ms (bar: < 1 ms), "
+        f"p99: {result['added_ttft_p99_ms']:.2f} ms (bar: < 5 ms)",
+        f"  a byte pump in the gateway's place adds: p50 "
+        f"{result['byte_pump_added_ttft_p50_ms']:.2f} ms, "
         f"p99 {result['byte_pump_added_ttft_p99_ms']:.2f} ms",
+        f"  chunks/s through the gateway / direct: {result['chunks_per_s_ratio']:.2f}",
+        "",
+    ]
+
+
+def report(result: dict[str, object]) -> str:
+    layouts = result["layouts"]
+    assert isinstance(layouts, dict)
+    lines = [line for name, r in layouts.items() for line in report_layout(name, r)]
+    lines += [
         "gateway's own time on the TTFT path: "
         f"p50 <= {result['gateway_own_ttft_p50_ms_at_most']:g} ms, "
         f"p99 <= {result['gateway_own_ttft_p99_ms_at_most']:g} ms",
@@ -282,8 +341,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ttft-ms", type=float, default=50.0, help="the fake upstream's")
     parser.add_argument("--itl-ms", type=float, default=30.0, help="the fake upstream's")
+    parser.add_argument(
+        "--layout",
+        choices=(*LAYOUTS, "both"),
+        default="both",
+        help="shared: all processes on all CPUs; own-core: the gateway on a CPU of its own",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.layout != "shared" and (
+        not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2
+    ):
+        parser.error("--layout own-core needs Linux and at least 2 CPUs; use --layout shared")
     result = run(args)
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
