@@ -162,8 +162,17 @@ class KVCacheManager:
         return True
 
     def free(self, request: Request) -> None:
-        """Release the request's blocks, tail first, so that its tail is evicted first."""
-        self.pool.free_blocks(reversed(request.block_ids))
+        """Release the request's blocks, tail first, so that its tail is evicted first.
+
+        Blocks past `num_cached_blocks` were never registered nor hit, so only this request
+        holds them and they have no hash: they are freed as one run.
+        """
+        block_ids, num_cached = request.block_ids, request.num_cached_blocks
+        private = block_ids[num_cached:]
+        private.reverse()
+        self.pool.free_private_blocks(private)
+        if num_cached:
+            self.pool.free_blocks(reversed(block_ids[:num_cached]))
         request.block_ids = []
         request.num_cached_blocks = 0
         request.lookup_log_pos = -1
