@@ -94,11 +94,15 @@ class BlockPool:
         else:
             taken = queue[index:stop]
         self.head = stop
-        if stop > TRIM_ABOVE and 2 * stop > len(queue):
-            del queue[:stop]
-            self.base, self.head = base + stop, 0
         self.num_free_blocks -= count
         return taken
+
+    def _trim(self) -> None:
+        """Drop the consumed front of the queue list (before it grows at the end)."""
+        head = self.head
+        if head > TRIM_ABOVE and 2 * head > len(self.queue):
+            del self.queue[:head]
+            self.base, self.head = self.base + head, 0
 
     def _claim(self, block_ids: list[int]) -> None:
         """Blocks taken from the queue: their cached hashes are evicted, one reference each."""
@@ -126,10 +130,20 @@ class BlockPool:
     def grant_blocks(self, requests: list[Request]) -> None:
         """One block from the front of the free queue to each request, in order (the caller
         checks that there are enough)."""
-        taken = self._pop_front(len(requests))
-        self._claim(taken)
-        for request, block_id in zip(requests, taken, strict=True):
+        count, head, dead = len(requests), self.head, self.dead
+        if self.cached or (dead and dead[0] - self.base < head + count):
+            taken = self._pop_front(count)
+            self._claim(taken)
+            for request, block_id in zip(requests, taken, strict=True):
+                request.block_ids.append(block_id)
+            return
+        # no hash to evict and no dead entry among them: one slice (the usual decode step)
+        ref_cnt = self.ref_cnt
+        for request, block_id in zip(requests, self.queue[head : head + count], strict=True):
+            ref_cnt[block_id] = 1
             request.block_ids.append(block_id)
+        self.head = head + count
+        self.num_free_blocks -= count
 
     def get_new_block(self) -> int | None:
         """One block from the front of the free queue (None when it is empty)."""
@@ -150,6 +164,7 @@ class BlockPool:
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
+        self._trim()
         ref_cnt, queued_at, queue = self.ref_cnt, self.queued_at, self.queue
         start = position = self.base + len(queue)
         for block_id in ordered_block_ids:
@@ -164,6 +179,7 @@ class BlockPool:
         """`free_blocks` for blocks that one request holds and that have no hash (never
         registered in the prefix cache): all of them join the queue, as one run. Their queue
         positions are not recorded: only cached blocks can be touched."""
+        self._trim()
         ref_cnt = self.ref_cnt
         for block_id in ordered_block_ids:
             ref_cnt[block_id] = 0

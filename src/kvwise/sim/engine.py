@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kvwise.sim.cohort import DecodeCohort
 from kvwise.sim.kv_cache_manager import KVCacheManager
-from kvwise.sim.records import ITL_BINS_PER_E, ItlBin, StepLog
+from kvwise.sim.records import ItlBin, StepLog
 from kvwise.sim.request import Request, Status
 from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvwise.sim.steptime import StepWeights
@@ -103,6 +103,7 @@ class Engine:
         self.kv_block_s = 0.0  # used blocks x seconds
         self.max_used_blocks = 0
         self.itl_hist: dict[int, int] = {}
+        self.itl_bin = ItlBin()  # the bin of the last ITL, kept to skip the logarithm
         self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
         self.sample_interval_s = 0.05
         self._next_sample_s = 0.0
@@ -210,8 +211,10 @@ class Engine:
             self._sample()
 
     def _add_itl(self, gap_s: float, count: int) -> None:
-        key = int(math.log(gap_s) * ITL_BINS_PER_E) if gap_s > 0 else -(10**9)
-        self.itl_hist[key] = self.itl_hist.get(key, 0) + count
+        itl = self.itl_bin
+        if not itl.lo <= gap_s < itl.hi:
+            itl.start(gap_s)
+        self.itl_hist[itl.key] = self.itl_hist.get(itl.key, 0) + count
 
     def _sample(self) -> None:
         if self.on_progress is not None:
@@ -336,7 +339,7 @@ class Engine:
             self.max_used_blocks,
         )
         append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
-        itl = ItlBin()
+        itl = self.itl_bin
         while step < last_step and now < next_arrival_s:
             group = groups[step % block_size]
             if group:
