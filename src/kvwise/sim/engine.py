@@ -174,11 +174,7 @@ class Engine:
 
     def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
         now, cohort, scheduler = self.now, self.cohort, self.scheduler
-        done: list[Request] = []
-        for request in cohort.take_finishes(step):
-            cohort.leave(request, step + 1)  # its last token came out of this step
-            scheduler.finish(request)
-            done.append(request)
+        done = self._finish_decoders(step)
         produced, finished = scheduler.update_after_step(plan)
         for request in produced:
             if request.first_token_s is None:
@@ -191,7 +187,20 @@ class Engine:
             request.last_step = step
             if self.fast and request.status is Status.RUNNING:
                 cohort.join(request, step + 1)
-        for request in (*done, *finished):
+        self._complete((*done, *finished))
+
+    def _finish_decoders(self, step: int) -> list[Request]:
+        """Implicit decoders whose last token came out of `step` leave the running list."""
+        cohort, scheduler = self.cohort, self.scheduler
+        done = cohort.take_finishes(step)
+        for request in done:
+            cohort.leave(request, step + 1)
+            scheduler.finish(request)
+        return done
+
+    def _complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
+        now = self.now
+        for request in requests:
             request.finish_s = now
             self.finished.append(request)
             self.on_done(request)
@@ -300,8 +309,6 @@ class Engine:
         if not cohort.members or len(cohort.members) != len(scheduler.running):
             return False
         step = self.step_index
-        if cohort.next_finish_step() == step:
-            return False
         if len(cohort.needing_blocks(step)) > self.kv_cache.pool.num_free_blocks:
             return False
         budget = self.config.max_num_batched_tokens - len(cohort.members)
@@ -312,12 +319,18 @@ class Engine:
         return not scheduler.waiting or not scheduler.can_admit_head(budget)
 
     def _run_pure_decode(self) -> None:
-        """Decode-only steps in a tight loop, until an arrival, a finish, or a block shortage."""
+        """Decode-only steps in a tight loop, until an arrival, a block shortage, or the next
+        finish: that step runs too (its batch is the same), then its finishers leave."""
+        next_finish = self.cohort.next_finish_step()
+        self._pure_decode_loop(next_finish)
+        if next_finish is not None and self.step_index > next_finish:
+            self._complete(self._finish_decoders(next_finish))
+
+    def _pure_decode_loop(self, next_finish: int | None) -> None:
         cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
         num_decode = len(cohort.members)
         step = self.step_index
-        next_finish = cohort.next_finish_step()
-        last_step = next_finish if next_finish is not None else step + 10**12
+        last_step = next_finish + 1 if next_finish is not None else step + 10**12
         next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
         context = cohort.decode_context(step)
         groups, block_size = cohort.phase_groups, cohort.block_size
