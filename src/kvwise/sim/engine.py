@@ -132,15 +132,19 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        scheduler = self.scheduler
+        scheduler, arrivals, waiting = self.scheduler, self._arrivals, self.scheduler.waiting
         while True:
-            self._admit_arrivals()
-            if not scheduler.running and not scheduler.waiting:
-                if not self._arrivals:
+            was_waiting = bool(waiting)
+            if arrivals and arrivals[0][0] <= self.now:
+                self._admit_arrivals()
+            if not scheduler.running and not waiting:
+                if not arrivals:
                     return
-                self.now = max(self.now, self._arrivals[0][0])  # idle until the next arrival
+                self.now = max(self.now, arrivals[0][0])  # idle until the next arrival
                 continue
-            if self.fast and self._pure_decode_ready():
+            # a request that just reached an empty queue is usually admitted at once: go
+            # straight to a scheduling step (both ways of running a step give the same result)
+            if self.fast and (was_waiting or not waiting) and self._pure_decode_ready():
                 self._run_pure_decode()
             else:
                 self._step()
@@ -353,13 +357,18 @@ class Engine:
         )
         append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
         itl = self.itl_bin
+        # the blocks are granted in one call for many steps: nothing else takes or returns
+        # blocks meanwhile, so each step's group gets the same blocks as one call per step
+        pending: list[Request] = []
+        num_free = pool.num_free_blocks
         while step < last_step and now < next_arrival_s:
             group = groups[step % block_size]
             if group:
-                if len(group) > pool.num_free_blocks:
+                if len(group) > num_free:
                     break
-                pool.grant_blocks(group)
-                used = usable - pool.num_free_blocks
+                pending += group
+                num_free -= len(group)
+                used = usable - num_free
                 if used > max_used:
                     max_used = used
             step_s = fixed_s + context_token_s * context + reqs_s
@@ -374,9 +383,12 @@ class Engine:
             step += 1
             context += num_decode
             if now >= next_sample_s:
+                pool.grant_blocks(pending)  # the sample reads the pool
+                pending = []
                 self.now, self.step_index = now, step
                 self._sample()
                 next_sample_s = self._next_sample_s
+        pool.grant_blocks(pending)
         itl.flush(hist)
         self.now, self.step_index, self.busy_s, self.kv_block_s = now, step, busy_s, kv_block_s
         self.max_used_blocks = max_used
