@@ -27,13 +27,20 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kvwise.sim.request import Request
 
 NULL_BLOCK = 0
 TRIM_ABOVE = 4096  # consumed queue entries dropped once there are this many (and over half)
+
+
+def gather(values: list[Any], indices: list[int]) -> tuple[Any, ...]:
+    """values[i] for each i in indices, in one C-level call."""
+    if len(indices) > 1:
+        return itemgetter(*indices)(values)
+    return (values[indices[0]],) if indices else ()
 
 
 class BlockPool:
@@ -107,18 +114,27 @@ class BlockPool:
     def _claim(self, block_ids: list[int]) -> None:
         """Blocks taken from the queue: their cached hashes are evicted, one reference each."""
         ref_cnt = self.ref_cnt
+        for block_id in block_ids:
+            ref_cnt[block_id] = 1
         if not self.cached:  # no block has a hash: nothing to evict
-            for block_id in block_ids:
-                ref_cnt[block_id] = 1
             return
         block_hash, cached, log = self.block_hash, self.cached, self.eviction_log
-        for block_id in block_ids:
-            old_hash = block_hash[block_id]
-            if old_hash is not None:  # evict it from the prefix cache
+        old_hashes = gather(block_hash, block_ids)
+        num_uncached = old_hashes.count(None)
+        if num_uncached == len(block_ids):
+            return
+        if not num_uncached:  # all of them cached (blocks of finished requests, LRU first)
+            for old_hash in old_hashes:
+                del cached[old_hash]
+            for block_id in block_ids:
+                block_hash[block_id] = None
+            log += block_ids
+            return
+        for block_id, old_hash in zip(block_ids, old_hashes, strict=True):
+            if old_hash is not None:
                 del cached[old_hash]
                 block_hash[block_id] = None
                 log.append(block_id)
-            ref_cnt[block_id] = 1
 
     def get_new_blocks(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue, evicting their cached hashes."""
@@ -165,9 +181,18 @@ class BlockPool:
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
         self._trim()
+        block_ids = list(ordered_block_ids)
         ref_cnt, queued_at, queue = self.ref_cnt, self.queued_at, self.queue
         start = position = self.base + len(queue)
-        for block_id in ordered_block_ids:
+        if gather(ref_cnt, block_ids).count(1) == len(block_ids):
+            # nobody else holds any of them: they all join, as one run
+            for entry_position, block_id in enumerate(block_ids, start):
+                ref_cnt[block_id] = 0
+                queued_at[block_id] = entry_position
+            queue += block_ids
+            self.num_free_blocks += len(block_ids)
+            return
+        for block_id in block_ids:
             ref_cnt[block_id] -= 1
             if ref_cnt[block_id] == 0:
                 queued_at[block_id] = position
@@ -204,6 +229,4 @@ class BlockPool:
 
     def num_evictable(self, block_ids: list[int]) -> int:
         """How many of these (cache-hit) blocks sit in the free queue: touching them uses it up."""
-        if len(block_ids) == 1:
-            return int(self.ref_cnt[block_ids[0]] == 0)
-        return itemgetter(*block_ids)(self.ref_cnt).count(0) if block_ids else 0
+        return gather(self.ref_cnt, block_ids).count(0)
