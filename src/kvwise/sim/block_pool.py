@@ -184,13 +184,19 @@ class BlockPool:
         block_ids = list(ordered_block_ids)
         ref_cnt, queued_at, queue = self.ref_cnt, self.queued_at, self.queue
         start = position = self.base + len(queue)
-        if gather(ref_cnt, block_ids).count(1) == len(block_ids):
-            # nobody else holds any of them: they all join, as one run
-            for entry_position, block_id in enumerate(block_ids, start):
+        refs = gather(ref_cnt, block_ids)
+        num_joining = refs.count(1)
+        if refs[:num_joining].count(1) == num_joining:
+            # the blocks nobody else holds come first (a shared prefix, freed last, stays
+            # held): they join as one run, the others lose a reference
+            joining = block_ids[:num_joining]
+            for entry_position, block_id in enumerate(joining, start):
                 ref_cnt[block_id] = 0
                 queued_at[block_id] = entry_position
-            queue += block_ids
-            self.num_free_blocks += len(block_ids)
+            for block_id in block_ids[num_joining:]:
+                ref_cnt[block_id] -= 1
+            queue += joining
+            self.num_free_blocks += num_joining
             return
         for block_id in block_ids:
             ref_cnt[block_id] -= 1
