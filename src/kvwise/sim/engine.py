@@ -178,7 +178,7 @@ class Engine:
 
     def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
         now, cohort, scheduler = self.now, self.cohort, self.scheduler
-        done = self._finish_decoders(step)
+        done = self._finish_decoders(step) if step in cohort.finish_events else []
         produced, finished = scheduler.update_after_step(plan)
         for request in produced:
             if request.first_token_s is None:
@@ -191,7 +191,8 @@ class Engine:
             request.last_step = step
             if self.fast and request.status is Status.RUNNING:
                 cohort.join(request, step + 1)
-        self._complete((*done, *finished))
+        if done or finished:
+            self._complete((*done, *finished))
 
     def _finish_decoders(self, step: int) -> list[Request]:
         """Implicit decoders whose last token came out of `step` leave the running list."""
@@ -278,7 +279,7 @@ class Engine:
         stopped = not self._grant_blocks(step, plan)
         num_lazy = len(cohort)
         budget = self.config.max_num_batched_tokens - num_lazy
-        if not stopped:
+        if not stopped and len(scheduler.running) > num_lazy:  # explicit requests, after
             budget = scheduler.schedule_running(plan, self._explicit_tail(), budget)
         if not plan.num_preempted:
             scheduler.admit_waiting(plan, budget)
@@ -294,6 +295,8 @@ class Engine:
         itself (vLLM's running loop stops there)."""
         cohort, kv_cache = self.cohort, self.kv_cache
         group = cohort.needing_blocks(step)
+        if not group:
+            return True
         if len(group) <= kv_cache.pool.num_free_blocks:
             kv_cache.pool.grant_blocks(group)
             return True
