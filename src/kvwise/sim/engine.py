@@ -103,7 +103,8 @@ class Engine:
         self.kv_block_s = 0.0  # used blocks x seconds
         self.max_used_blocks = 0
         self.itl_hist: dict[int, int] = {}
-        self.itl_bin = ItlBin()  # the bin of the last ITL, kept to skip the logarithm
+        # the bins of the last ITLs, kept to skip the logarithm: decode-only steps and others
+        self.decode_itl_bin, self.step_itl_bin = ItlBin(), ItlBin()
         self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
         self.sample_interval_s = 0.05
         self._next_sample_s = 0.0
@@ -225,7 +226,7 @@ class Engine:
             self._sample()
 
     def _add_itl(self, gap_s: float, count: int) -> None:
-        itl = self.itl_bin
+        itl = self.step_itl_bin
         if not itl.lo <= gap_s < itl.hi:
             itl.start(gap_s)
         self.itl_hist[itl.key] = self.itl_hist.get(itl.key, 0) + count
@@ -359,7 +360,7 @@ class Engine:
             self.max_used_blocks,
         )
         append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
-        itl = self.itl_bin
+        itl = self.decode_itl_bin
         # the blocks are granted in one call for many steps: nothing else takes or returns
         # blocks meanwhile, so each step's group gets the same blocks as one call per step
         pending: list[Request] = []

@@ -31,7 +31,7 @@ NEXT_BIN = math.exp(1 / ITL_BINS_PER_E)  # ratio of consecutive bin edges
 
 class ItlBin:
     """The ITL histogram bin of the last step time, to skip the logarithm while step times stay
-    inside it or move to the next bin up (as they do while the context grows).
+    inside it or move to a neighbouring bin (as they do while the context grows).
 
     The key is `int(log(gap) * ITL_BINS_PER_E)`, truncated toward zero: bin k > 0 holds
     log(gap) * ITL_BINS_PER_E in [k, k + 1), bin k < 0 in (k - 1, k], bin 0 in (-1, 1).
@@ -45,10 +45,15 @@ class ItlBin:
         self.is_bin = False  # lo/hi are a bin's edges (not one value's)
 
     def start(self, gap_s: float) -> None:
-        if self.is_bin and self.key != 0:  # try the next bin up: its edges by one product
-            lo, hi = self.lo * NEXT_BIN, self.hi * NEXT_BIN  # (0 -> 1 would cross 2 widths)
+        # try the neighbouring bins first: their edges by one product (bin 0 spans two widths)
+        if self.is_bin and self.key != 0:
+            lo, hi = self.lo * NEXT_BIN, self.hi * NEXT_BIN
             if lo <= gap_s < hi:
                 self.key, self.lo, self.hi = self.key + 1, lo, hi
+                return
+            lo, hi = self.lo / NEXT_BIN, self.hi / NEXT_BIN
+            if lo <= gap_s < hi:
+                self.key, self.lo, self.hi = self.key - 1, lo, hi
                 return
         if gap_s <= 0:
             self.key, self.lo, self.hi = -(10**9), gap_s, math.nextafter(gap_s, math.inf)
