@@ -113,28 +113,27 @@ class BlockPool:
 
     def _claim(self, block_ids: list[int]) -> None:
         """Blocks taken from the queue: their cached hashes are evicted, one reference each."""
-        ref_cnt = self.ref_cnt
-        for block_id in block_ids:
-            ref_cnt[block_id] = 1
-        if not self.cached:  # no block has a hash: nothing to evict
+        ref_cnt, block_hash, cached = self.ref_cnt, self.block_hash, self.cached
+        old_hashes = gather(block_hash, block_ids) if cached else ()
+        if not cached or old_hashes.count(None) == len(block_ids):  # nothing to evict
+            for block_id in block_ids:
+                ref_cnt[block_id] = 1
             return
-        block_hash, cached, log = self.block_hash, self.cached, self.eviction_log
-        old_hashes = gather(block_hash, block_ids)
-        num_uncached = old_hashes.count(None)
-        if num_uncached == len(block_ids):
-            return
-        if not num_uncached:  # all of them cached (blocks of finished requests, LRU first)
+        if None not in old_hashes:  # all of them cached (blocks of finished requests, LRU first)
             for old_hash in old_hashes:
                 del cached[old_hash]
             for block_id in block_ids:
+                ref_cnt[block_id] = 1
                 block_hash[block_id] = None
-            log += block_ids
+            self.eviction_log += block_ids
             return
+        log = self.eviction_log
         for block_id, old_hash in zip(block_ids, old_hashes, strict=True):
             if old_hash is not None:
                 del cached[old_hash]
                 block_hash[block_id] = None
                 log.append(block_id)
+            ref_cnt[block_id] = 1
 
     def get_new_blocks(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue, evicting their cached hashes."""
