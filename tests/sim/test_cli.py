@@ -65,6 +65,13 @@ def test_json_has_vllm_bench_keys_and_kvwise_extras(capsys: pytest.CaptureFixtur
     assert out["workload"]["kind"] == "random"
 
 
+def test_a_closed_loop_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--workload", "random", "--num-prompts", "12", "--max-concurrency", "4", "--json"]
+    assert main([*BASE, *args]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"]["max_concurrency"] == 4 and out["completed"] == 12
+
+
 def test_same_seed_same_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_json(capsys, "--seed", "5") == run_json(capsys, "--seed", "5")
 

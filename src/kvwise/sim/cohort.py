@@ -101,7 +101,8 @@ class DecodeCohort:
             for epoch, request in entries
             if request.request_id in members and epochs.get(request.request_id, 0) == epoch
         ]
-        valid.sort(key=_running_seq)
+        if len(valid) > 1:
+            valid.sort(key=_running_seq)
         return valid
 
     def sync(self, request: Request, step: int) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kvwise.sim.cohort import DecodeCohort
 from kvwise.sim.kv_cache_manager import KVCacheManager
-from kvwise.sim.records import ITL_BINS_PER_E, ItlBin, StepLog
+from kvwise.sim.records import ItlBin, StepLog
 from kvwise.sim.request import Request, Status
 from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvwise.sim.steptime import StepWeights
@@ -103,6 +103,8 @@ class Engine:
         self.kv_block_s = 0.0  # used blocks x seconds
         self.max_used_blocks = 0
         self.itl_hist: dict[int, int] = {}
+        # the bins of the last ITLs, kept to skip the logarithm: decode-only steps and others
+        self.decode_itl_bin, self.step_itl_bin = ItlBin(), ItlBin()
         self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
         self.sample_interval_s = 0.05
         self._next_sample_s = 0.0
@@ -131,15 +133,19 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        scheduler = self.scheduler
+        scheduler, arrivals, waiting = self.scheduler, self._arrivals, self.scheduler.waiting
         while True:
-            self._admit_arrivals()
-            if not scheduler.running and not scheduler.waiting:
-                if not self._arrivals:
+            was_waiting = bool(waiting)
+            if arrivals and arrivals[0][0] <= self.now:
+                self._admit_arrivals()
+            if not scheduler.running and not waiting:
+                if not arrivals:
                     return
-                self.now = max(self.now, self._arrivals[0][0])  # idle until the next arrival
+                self.now = max(self.now, arrivals[0][0])  # idle until the next arrival
                 continue
-            if self.fast and self._pure_decode_ready():
+            # a request that just reached an empty queue is usually admitted at once: go
+            # straight to a scheduling step (both ways of running a step give the same result)
+            if self.fast and (was_waiting or not waiting) and self._pure_decode_ready():
                 self._run_pure_decode()
             else:
                 self._step()
@@ -173,11 +179,7 @@ class Engine:
 
     def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
         now, cohort, scheduler = self.now, self.cohort, self.scheduler
-        done: list[Request] = []
-        for request in cohort.take_finishes(step):
-            cohort.leave(request, step + 1)  # its last token came out of this step
-            scheduler.finish(request)
-            done.append(request)
+        done = self._finish_decoders(step) if step in cohort.finish_events else []
         produced, finished = scheduler.update_after_step(plan)
         for request in produced:
             if request.first_token_s is None:
@@ -190,7 +192,21 @@ class Engine:
             request.last_step = step
             if self.fast and request.status is Status.RUNNING:
                 cohort.join(request, step + 1)
-        for request in (*done, *finished):
+        if done or finished:
+            self._complete((*done, *finished))
+
+    def _finish_decoders(self, step: int) -> list[Request]:
+        """Implicit decoders whose last token came out of `step` leave the running list."""
+        cohort, scheduler = self.cohort, self.scheduler
+        done = cohort.take_finishes(step)
+        for request in done:
+            cohort.leave(request, step + 1)
+            scheduler.finish(request)
+        return done
+
+    def _complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
+        now = self.now
+        for request in requests:
             request.finish_s = now
             self.finished.append(request)
             self.on_done(request)
@@ -210,8 +226,10 @@ class Engine:
             self._sample()
 
     def _add_itl(self, gap_s: float, count: int) -> None:
-        key = int(math.log(gap_s) * ITL_BINS_PER_E) if gap_s > 0 else -(10**9)
-        self.itl_hist[key] = self.itl_hist.get(key, 0) + count
+        itl = self.step_itl_bin
+        if not itl.lo <= gap_s < itl.hi:
+            itl.start(gap_s)
+        self.itl_hist[itl.key] = self.itl_hist.get(itl.key, 0) + count
 
     def _sample(self) -> None:
         if self.on_progress is not None:
@@ -262,7 +280,7 @@ class Engine:
         stopped = not self._grant_blocks(step, plan)
         num_lazy = len(cohort)
         budget = self.config.max_num_batched_tokens - num_lazy
-        if not stopped:
+        if not stopped and len(scheduler.running) > num_lazy:  # explicit requests, after
             budget = scheduler.schedule_running(plan, self._explicit_tail(), budget)
         if not plan.num_preempted:
             scheduler.admit_waiting(plan, budget)
@@ -278,6 +296,8 @@ class Engine:
         itself (vLLM's running loop stops there)."""
         cohort, kv_cache = self.cohort, self.kv_cache
         group = cohort.needing_blocks(step)
+        if not group:
+            return True
         if len(group) <= kv_cache.pool.num_free_blocks:
             kv_cache.pool.grant_blocks(group)
             return True
@@ -297,8 +317,6 @@ class Engine:
         if not cohort.members or len(cohort.members) != len(scheduler.running):
             return False
         step = self.step_index
-        if cohort.next_finish_step() == step:
-            return False
         if len(cohort.needing_blocks(step)) > self.kv_cache.pool.num_free_blocks:
             return False
         budget = self.config.max_num_batched_tokens - len(cohort.members)
@@ -309,12 +327,18 @@ class Engine:
         return not scheduler.waiting or not scheduler.can_admit_head(budget)
 
     def _run_pure_decode(self) -> None:
-        """Decode-only steps in a tight loop, until an arrival, a finish, or a block shortage."""
+        """Decode-only steps in a tight loop, until an arrival, a block shortage, or the next
+        finish: that step runs too (its batch is the same), then its finishers leave."""
+        next_finish = self.cohort.next_finish_step()
+        self._pure_decode_loop(next_finish)
+        if next_finish is not None and self.step_index > next_finish:
+            self._complete(self._finish_decoders(next_finish))
+
+    def _pure_decode_loop(self, next_finish: int | None) -> None:
         cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
         num_decode = len(cohort.members)
         step = self.step_index
-        next_finish = cohort.next_finish_step()
-        last_step = next_finish if next_finish is not None else step + 10**12
+        last_step = next_finish + 1 if next_finish is not None else step + 10**12
         next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
         context = cohort.decode_context(step)
         groups, block_size = cohort.phase_groups, cohort.block_size
@@ -336,14 +360,19 @@ class Engine:
             self.max_used_blocks,
         )
         append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
-        itl = ItlBin()
+        itl = self.decode_itl_bin
+        # the blocks are granted in one call for many steps: nothing else takes or returns
+        # blocks meanwhile, so each step's group gets the same blocks as one call per step
+        pending: list[Request] = []
+        num_free = pool.num_free_blocks
         while step < last_step and now < next_arrival_s:
             group = groups[step % block_size]
             if group:
-                if len(group) > pool.num_free_blocks:
+                if len(group) > num_free:
                     break
-                pool.grant_blocks(group)
-                used = usable - pool.num_free_blocks
+                pending += group
+                num_free -= len(group)
+                used = usable - num_free
                 if used > max_used:
                     max_used = used
             step_s = fixed_s + context_token_s * context + reqs_s
@@ -358,9 +387,12 @@ class Engine:
             step += 1
             context += num_decode
             if now >= next_sample_s:
+                pool.grant_blocks(pending)  # the sample reads the pool
+                pending = []
                 self.now, self.step_index = now, step
                 self._sample()
                 next_sample_s = self._next_sample_s
+        pool.grant_blocks(pending)
         itl.flush(hist)
         self.now, self.step_index, self.busy_s, self.kv_block_s = now, step, busy_s, kv_block_s
         self.max_used_blocks = max_used

@@ -11,8 +11,15 @@ only when it is preempted: no lookup could find them before, so nothing observab
 
 from __future__ import annotations
 
+from functools import partial
+from itertools import takewhile
+from operator import is_not
+from typing import cast
+
 from kvwise.sim.block_pool import BlockPool
 from kvwise.sim.request import Request
+
+IS_BLOCK = partial(is_not, None)  # a lookup result that names a block
 
 
 def cdiv(a: int, b: int) -> int:
@@ -58,17 +65,17 @@ class KVCacheManager:
         max_blocks = (request.num_tokens - 1) // block_size
         hits = self._still_valid_hits(request)
         index_of = request.lookup_index
-        hashes, lookup = request.block_hashes, pool.cached.get
         if len(hits) > max_blocks:
             _truncate(hits, index_of, max_blocks)
-        for index in range(len(hits), max_blocks):
-            if index >= len(hashes):
-                request.ensure_block_hashes(index + 1, block_size)
-            block_id = lookup(hashes[index])
-            if block_id is None:
-                break
-            hits.append(block_id)
-            index_of[block_id] = index
+        start = len(hits)
+        if start < max_blocks:
+            if len(request.block_hashes) < max_blocks:
+                request.ensure_block_hashes(max_blocks, block_size)
+            # the cached blocks of the next hashes, up to the first miss
+            candidates = map(pool.cached.get, request.block_hashes[start:max_blocks])
+            found = cast("list[int]", list(takewhile(IS_BLOCK, candidates)))
+            hits += found
+            index_of.update(zip(found, range(start, start + len(found)), strict=True))
         request.lookup_log_pos = len(pool.eviction_log)
         return list(hits)
 
@@ -142,15 +149,24 @@ class KVCacheManager:
         if num_full <= start:
             return
         request.ensure_block_hashes(num_full, self.block_size)
-        hashes, block_ids = request.block_hashes, request.block_ids
+        new_hashes = request.block_hashes[start:num_full]
+        new_ids = request.block_ids[start:num_full]  # past num_cached_blocks: no hash yet
         block_hash, cached = self.pool.block_hash, self.pool.cached
-        for index in range(start, num_full):
-            block_id, value = block_ids[index], hashes[index]
+        request.num_cached_blocks = num_full
+        if cached.keys().isdisjoint(new_hashes):  # the usual case: all of them register
+            num_cached = len(cached)
+            cached.update(zip(new_hashes, new_ids, strict=True))
+            if len(cached) - num_cached == len(new_ids):  # (no hash repeated among them)
+                for block_id, value in zip(new_ids, new_hashes, strict=True):
+                    block_hash[block_id] = value
+                return
+            for value in new_hashes:
+                del cached[value]
+        for block_id, value in zip(new_ids, new_hashes, strict=True):
             # BlockPool.cache_block, inlined: first registration of a hash wins
             if block_hash[block_id] is None and value not in cached:
                 block_hash[block_id] = value
                 cached[value] = block_id
-        request.num_cached_blocks = num_full
 
     def append_block(self, request: Request) -> bool:
         """A decoding request's next block, without touching the prefix cache (the caller
@@ -162,8 +178,17 @@ class KVCacheManager:
         return True
 
     def free(self, request: Request) -> None:
-        """Release the request's blocks, tail first, so that its tail is evicted first."""
-        self.pool.free_blocks(reversed(request.block_ids))
+        """Release the request's blocks, tail first, so that its tail is evicted first.
+
+        Blocks past `num_cached_blocks` were never registered nor hit, so only this request
+        holds them and they have no hash: they are freed as one run.
+        """
+        block_ids, num_cached = request.block_ids, request.num_cached_blocks
+        private = block_ids[num_cached:]
+        private.reverse()
+        self.pool.free_private_blocks(private)
+        if num_cached:
+            self.pool.free_blocks(reversed(block_ids[:num_cached]))
         request.block_ids = []
         request.num_cached_blocks = 0
         request.lookup_log_pos = -1

@@ -10,11 +10,11 @@ the last answer. Median and p99 ITL come from a histogram with 0.1 % wide bins.
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any
 
 from kvwise.sim.engine import Engine
 from kvwise.sim.records import ITL_BINS_PER_E
-from kvwise.sim.request import Request
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -65,24 +65,23 @@ def _hist_percentile_s(hist: dict[int, int], q: float) -> float:
     return math.exp((max(hist) + 0.5) / ITL_BINS_PER_E)
 
 
-def tpot_s(request: Request) -> float | None:
-    if request.num_output_tokens < 2 or request.first_token_s is None:
-        return None
-    return (request.finish_s - request.first_token_s) / (request.num_output_tokens - 1)
-
-
 def summarize(engine: Engine) -> dict[str, Any]:
     done = engine.finished
     everyone = done + engine.rejected
-    start_s = min((r.sent_s for r in everyone), default=0.0)
-    end_s = max((r.finish_s for r in everyone), default=0.0)
+    start_s = min([r.sent_s for r in everyone], default=0.0)
+    end_s = max([r.finish_s for r in everyone], default=0.0)
     duration = max(end_s - start_s, 1e-12)
-    input_tokens = sum(r.num_prompt_tokens for r in done)
-    output_tokens = sum(r.num_output_tokens for r in done)
-    ttfts = [r.first_token_s - r.sent_s for r in done if r.first_token_s is not None]
-    tpots = [t for t in (tpot_s(r) for r in done) if t is not None]
-    decode_s = sum(r.finish_s - r.first_token_s for r in done if r.first_token_s is not None)
-    gaps = sum(max(r.num_output_tokens - 1, 0) for r in done)
+    input_tokens = sum([r.num_prompt_tokens for r in done])
+    output_tokens = sum([r.num_output_tokens for r in done])
+    started = [(r, r.first_token_s) for r in done if r.first_token_s is not None]
+    ttfts = [first_s - r.sent_s for r, first_s in started]
+    tpots = [  # for requests with more than one token
+        (r.finish_s - first_s) / (r.num_output_tokens - 1)
+        for r, first_s in started
+        if r.num_output_tokens >= 2
+    ]
+    decode_s = sum([r.finish_s - first_s for r, first_s in started])
+    gaps = sum([r.num_output_tokens - 1 for r in done if r.num_output_tokens > 1])
     queue_s = [r.first_scheduled_s - r.arrival_s for r in done if r.first_scheduled_s is not None]
     scheduler, usable = engine.scheduler, engine.config.num_gpu_blocks - 1
     metrics: dict[str, Any] = totals(len(done), duration, input_tokens, output_tokens)
@@ -98,7 +97,7 @@ def summarize(engine: Engine) -> dict[str, Any]:
     metrics |= {
         "mean_queue_ms": sum(queue_s) / len(queue_s) * 1000 if queue_s else 0.0,
         "num_preemptions": scheduler.num_preemptions,
-        "num_preempted_requests": sum(1 for r in done if r.num_preemptions),
+        "num_preempted_requests": len([r for r in done if r.num_preemptions]),
         "max_kv_usage": engine.max_used_blocks / usable,
         "mean_kv_usage": engine.kv_block_s / usable / duration,
         "prefix_cache_hit_rate": (
@@ -114,7 +113,7 @@ def summarize(engine: Engine) -> dict[str, Any]:
 
 def time_series(engine: Engine) -> dict[str, list[float]]:
     """KV use and queue lengths over time, and each request's latency at its completion."""
-    done = sorted(engine.finished, key=lambda r: (r.finish_s, r.request_id))
+    done = sorted(engine.finished, key=attrgetter("finish_s", "request_id"))
     return {
         "time_s": [s[0] for s in engine.samples],
         "kv_usage": [s[1] for s in engine.samples],

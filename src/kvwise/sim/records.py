@@ -26,22 +26,48 @@ class StepLog:
         self.reqs.append(reqs)
 
 
+NEXT_BIN = math.exp(1 / ITL_BINS_PER_E)  # ratio of consecutive bin edges
+
+
 class ItlBin:
     """The ITL histogram bin of the last step time, to skip the logarithm while step times stay
-    well inside it (the key is the same as `int(log(gap) * ITL_BINS_PER_E)`)."""
+    inside it or move to a neighbouring bin (as they do while the context grows).
 
-    __slots__ = ("count", "hi", "key", "lo")
+    The key is `int(log(gap) * ITL_BINS_PER_E)`, truncated toward zero: bin k > 0 holds
+    log(gap) * ITL_BINS_PER_E in [k, k + 1), bin k < 0 in (k - 1, k], bin 0 in (-1, 1).
+    `lo`/`hi` keep a margin inside those edges, so that rounding never decides a key.
+    """
+
+    __slots__ = ("count", "hi", "is_bin", "key", "lo")
 
     def __init__(self) -> None:
         self.count, self.key, self.lo, self.hi = 0, 0, 1.0, 0.0  # empty interval
+        self.is_bin = False  # lo/hi are a bin's edges (not one value's)
 
     def start(self, gap_s: float) -> None:
-        self.key = int(math.log(gap_s) * ITL_BINS_PER_E) if gap_s > 0 else -(10**9)
-        # a margin inside the bin's edges keeps rounding of exp/log from deciding the key
-        self.lo = math.exp((self.key + 0.01) / ITL_BINS_PER_E)
-        self.hi = math.exp((self.key + 0.99) / ITL_BINS_PER_E)
-        if not self.lo <= gap_s < self.hi:
-            self.lo, self.hi = gap_s, math.nextafter(gap_s, math.inf)  # this value only
+        # try the neighbouring bins first: their edges by one product (bin 0 spans two widths)
+        if self.is_bin and self.key != 0:
+            lo, hi = self.lo * NEXT_BIN, self.hi * NEXT_BIN
+            if lo <= gap_s < hi:
+                self.key, self.lo, self.hi = self.key + 1, lo, hi
+                return
+            lo, hi = self.lo / NEXT_BIN, self.hi / NEXT_BIN
+            if lo <= gap_s < hi:
+                self.key, self.lo, self.hi = self.key - 1, lo, hi
+                return
+        if gap_s <= 0:
+            self.key, self.lo, self.hi = -(10**9), gap_s, math.nextafter(gap_s, math.inf)
+            self.is_bin = False
+            return
+        key = int(math.log(gap_s) * ITL_BINS_PER_E)
+        low_edge = key if key > 0 else key - 1 if key < 0 else -1
+        high_edge = key + 1 if key >= 0 else key
+        self.key = key
+        self.lo = math.exp((low_edge + 0.01) / ITL_BINS_PER_E)
+        self.hi = math.exp((high_edge - 0.01) / ITL_BINS_PER_E)
+        self.is_bin = self.lo <= gap_s < self.hi
+        if not self.is_bin:  # within the margin of an edge: this value only
+            self.lo, self.hi = gap_s, math.nextafter(gap_s, math.inf)
 
     def flush(self, hist: dict[int, int]) -> None:
         if self.count:

@@ -77,7 +77,7 @@ class Request:
     ) -> None:
         self.request_id = request_id
         self.prompt = prompt
-        self.num_prompt_tokens = sum(n for _, n in prompt)
+        self.num_prompt_tokens = sum([n for _, n in prompt])
         self.max_tokens = max_tokens  # as sent: vLLM rejects prompt + max_tokens > max_model_len
         # tokens it will generate before stopping (EOS or max_tokens); workloads decide it
         self.output_len = max_tokens if output_len is None else min(output_len, max_tokens)

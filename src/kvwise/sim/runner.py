@@ -8,9 +8,11 @@ and builds each prompt from the session's history. A request reaches the engine
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +168,24 @@ def simulate(
     driver = _Driver(
         workload, engine, config.coefficients.api_overhead_s, config.history_budget_tokens
     )
-    driver.start()
-    engine.run()
-    return SimResult(config, workload, summarize(engine), time_series(engine), engine)
+    with _no_cyclic_gc():
+        driver.start()
+        engine.run()
+        return SimResult(config, workload, summarize(engine), time_series(engine), engine)
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (reference counting still frees everything).
+
+    A run allocates many objects that live to its end (requests, their block lists) and
+    almost no reference cycles, so the collector would only re-scan them, over and over:
+    about a tenth of the CPU time of a 10,000-request run.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

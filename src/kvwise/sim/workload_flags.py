@@ -23,7 +23,8 @@ SPECIAL = {
     "num_groups": "--groups",
 }
 AGENT_OUTPUT_LEN = 512  # an agent turn's answer when --output-len is not given (a chat's: 128)
-TYPES: dict[str, type] = {"request_rate": float, "max_tokens": int}  # Optional fields
+# Optional fields (their default None says nothing of the type)
+TYPES: dict[str, type] = {"request_rate": float, "max_concurrency": int, "max_tokens": int}
 HELP = {
     "kind": f"one of {', '.join(WORKLOAD_KINDS)}",
     "num_prompts": "requests (random, sharegpt, shared-prefix)",
