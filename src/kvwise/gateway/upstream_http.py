@@ -147,16 +147,21 @@ class UpstreamClient:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self._idle: defaultdict[tuple[str, int], list[_Connection]] = defaultdict(list)
+        self._targets: dict[str, tuple[tuple[str, int], str, str]] = {}  # url -> parsed, reused
+
+    def _target(self, url: str) -> tuple[tuple[str, int], str, str]:
+        """(host, port), path and netloc of a URL: a gateway posts to a handful of URLs."""
+        target = self._targets.get(url)
+        if target is None:
+            parts = urlsplit(url)
+            key = (parts.hostname or "127.0.0.1", parts.port or 80)
+            target = self._targets[url] = (key, parts.path or "/", parts.netloc)
+        return target
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
         """Send the request and read the response head; the body is read by the caller."""
-        parts = urlsplit(url)
-        key = (parts.hostname or "127.0.0.1", parts.port or 80)
-        head = [
-            f"POST {parts.path or '/'} HTTP/1.1",
-            f"host: {parts.netloc}",
-            f"content-length: {len(body)}",
-        ]
+        key, path, netloc = self._target(url)
+        head = [f"POST {path} HTTP/1.1", f"host: {netloc}", f"content-length: {len(body)}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         connection = await self._connection(key)
