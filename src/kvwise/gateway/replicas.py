@@ -23,6 +23,13 @@ from dataclasses import dataclass
 # Prometheus text lines: name{labels} value   (vLLM's names, see vllm/v1/metrics/loggers.py)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
+_USED_SERIES = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:cache_config_info",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ def parse_engine_metrics(text: str) -> EngineLoad:
     pool_tokens: int | None = None
     block_size = 16
     for line in text.splitlines():
+        # a real engine exports ~450 series (histogram buckets included) and this runs on the
+        # event loop every health tick: only the four used here reach the regex
+        if not line.startswith(_USED_SERIES):
+            continue
         match = _SAMPLE.match(line)
         if not match:
             continue
