@@ -52,6 +52,11 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.pool.usage
 
+    def looks_up(self, request: Request) -> bool:
+        """Whether the request's prefix can be in the cache: not when nobody registered its
+        tokens (no other request has them, and it was never preempted)."""
+        return self.enable_prefix_caching and (request.is_shareable or request.num_preemptions > 0)
+
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Cached blocks for the request's longest cached prefix (at most num_tokens - 1 tokens).
 
@@ -59,8 +64,8 @@ class KVCacheManager:
         none of its blocks has been evicted since, and only extended (the same result as a
         fresh walk from the first block).
         """
-        if not self.enable_prefix_caching or not (request.is_shareable or request.num_preemptions):
-            return []  # nobody registered these tokens: no other request has them
+        if not self.looks_up(request):
+            return []
         block_size, pool = self.block_size, self.pool
         max_blocks = (request.num_tokens - 1) // block_size
         hits = self._still_valid_hits(request)
