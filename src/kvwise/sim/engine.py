@@ -16,12 +16,12 @@ workloads both ways and compares the JSON):
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvwise.sim import pure_decode
+from kvwise.sim.arrivals import ArrivalQueue
 from kvwise.sim.cohort import DecodeCohort
 from kvwise.sim.kv_cache_manager import KVCacheManager
 from kvwise.sim.records import ItlBin, StepLog
@@ -96,7 +96,7 @@ class Engine:
         self.step_log = StepLog() if record_steps else None
         self.now = 0.0
         self.step_index = 0
-        self.arrivals: list[tuple[float, int, Request]] = []
+        self.arrivals = ArrivalQueue()
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
         # accumulated over steps
@@ -115,12 +115,12 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         """Queue a request that reaches the engine at `request.arrival_s`."""
-        heapq.heappush(self.arrivals, (request.arrival_s, request.request_id, request))
+        self.arrivals.push(request)
 
     def admit_arrivals(self) -> None:
         arrivals, now, max_model_len = self.arrivals, self.now, self.config.max_model_len
-        while arrivals and arrivals[0][0] <= now:
-            request = heapq.heappop(arrivals)[2]
+        while arrivals.next_s <= now:
+            request = arrivals.pop()
             if request.num_prompt_tokens + request.max_tokens > max_model_len:
                 # vLLM's API server answers 400: prompt + max_tokens exceed max_model_len
                 request.status = Status.REJECTED
@@ -137,12 +137,12 @@ class Engine:
         scheduler, arrivals, waiting = self.scheduler, self.arrivals, self.scheduler.waiting
         while True:
             was_waiting = bool(waiting)
-            if arrivals and arrivals[0][0] <= self.now:
+            if arrivals.next_s <= self.now:
                 self.admit_arrivals()
             if not scheduler.running and not waiting:
                 if not arrivals:
                     return
-                self.now = max(self.now, arrivals[0][0])  # idle until the next arrival
+                self.now = max(self.now, arrivals.next_s)  # idle until the next arrival
                 continue
             # a request that just reached an empty queue is usually admitted at once: go
             # straight to a scheduling step (both ways of running a step give the same result)

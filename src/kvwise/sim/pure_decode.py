@@ -13,7 +13,6 @@ Anything else (a block shortage, a partial prefill, a queue that was not empty) 
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from kvwise.sim.request import Request
@@ -65,7 +64,7 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     num_decode = len(cohort.members)
     step = engine.step_index
     last_step = next_finish + 1 if next_finish is not None else step + 10**12
-    next_arrival_s = engine.arrivals[0][0] if engine.arrivals else math.inf
+    next_arrival_s = engine.arrivals.next_s
     context = cohort.decode_context(step)
     groups, block_size = cohort.phase_groups, cohort.block_size
     fixed_s, context_token_s, reqs_s = _decode_step_terms(engine, num_decode)
@@ -111,7 +110,8 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
             engine.now, engine.step_index = now, step
             engine.sample()
             next_sample_s = engine.next_sample_s
-    pool.grant_blocks(pending)
+    if pending:
+        pool.grant_blocks(pending)
     itl.flush(hist)
     engine.now, engine.step_index, engine.busy_s, engine.kv_block_s = now, step, busy_s, kv_block_s
     engine.max_used_blocks = max_used
@@ -125,7 +125,7 @@ def _logged_decode_loop(engine: Engine, next_finish: int | None) -> None:
     num_decode = len(cohort.members)
     step = engine.step_index
     last_step = next_finish + 1 if next_finish is not None else step + 10**12
-    next_arrival_s = engine.arrivals[0][0] if engine.arrivals else math.inf
+    next_arrival_s = engine.arrivals.next_s
     context = cohort.decode_context(step)
     groups, block_size = cohort.phase_groups, cohort.block_size
     fixed_s, context_token_s, reqs_s = _decode_step_terms(engine, num_decode)
@@ -161,7 +161,7 @@ def _at_boundary(engine: Engine) -> bool:
     nothing has the same outcome as a decode-only step)."""
     waiting = engine.scheduler.waiting
     was_waiting = bool(waiting)
-    if engine.arrivals and engine.arrivals[0][0] <= engine.now:
+    if engine.arrivals.next_s <= engine.now:
         engine.admit_arrivals()
     if (was_waiting or not waiting) and ready(engine):
         return True
