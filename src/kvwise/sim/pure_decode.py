@@ -205,7 +205,7 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         waiting.popleft()
         scheduler.start_running(request, len(hits) * kv_cache.block_size)
         plan.add(request, num_new)
-    scheduler.advance_computed(plan)
+        request.num_computed_tokens += num_new  # Scheduler.advance_computed
     plan.num_decode_tokens += num_decode
     plan.decode_context += cohort.decode_context(step)
     plan.num_scheduled_reqs += num_decode
@@ -220,6 +220,16 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         plan.num_scheduled_reqs,
     )
     engine.end_step(step_s, num_decode)
-    engine.apply_outputs(plan, step, step_s)
-    assert len(cohort.members) == len(scheduler.running), "an admitted prompt was not whole"
+    # Engine.apply_outputs for this step: the finishers among the decoders leave first; each
+    # admitted request computed its whole prompt, so it yields its first token (not its last:
+    # output_len >= 2) and decodes from the next step on
+    now = engine.now
+    done = engine.finish_decoders(step) if step in cohort.finish_events else []
+    for request in plan.scheduled:
+        request.num_output_tokens += 1
+        request.first_token_s = request.last_token_s = now
+        request.first_token_step = request.last_step = step
+        cohort.join(request, step + 1)
+    if done:
+        engine.complete(done)
     return True
