@@ -201,7 +201,7 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         kv_cache.pool.grant_blocks(group)
     plan = StepPlan()
     for request, hits, num_new in admissions:
-        kv_cache.allocate_slots(request, num_new, hits, full_sequence_must_fit=reserve_full_isl)
+        kv_cache.allocate_checked(request, num_new, hits)  # (num_blocks are free)
         waiting.popleft()
         scheduler.start_running(request, len(hits) * kv_cache.block_size)
         plan.add(request, num_new)
