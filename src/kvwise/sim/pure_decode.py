@@ -43,7 +43,7 @@ def run(engine: Engine) -> None:
     than decoding could run; finish steps and whole-prompt admissions do not end the run."""
     while True:
         next_finish = engine.cohort.next_finish_step()
-        if engine.step_log is not None or engine.on_progress is not None:
+        if engine.step_log is not None:
             _logged_decode_loop(engine, next_finish)
             if next_finish is not None and engine.step_index > next_finish:
                 engine.complete(engine.finish_decoders(next_finish))
@@ -104,7 +104,7 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
         itl.count += num_decode
         step += 1
         context += num_decode
-        if now >= next_sample_s:
+        if now >= next_sample_s:  # (a sample also reports progress, as Engine.end_step's)
             pool.grant_blocks(pending)  # the sample reads the pool
             pending = []
             engine.now, engine.step_index = now, step
@@ -119,8 +119,8 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
 
 
 def _logged_decode_loop(engine: Engine, next_finish: int | None) -> None:
-    """The same steps through `Engine.end_step`, when steps are logged or progress reported
-    (the run then ends at its first event)."""
+    """The same steps through `Engine.end_step`, when steps are logged (the run then ends at
+    its first event)."""
     cohort, pool = engine.cohort, engine.kv_cache.pool
     num_decode = len(cohort.members)
     step = engine.step_index
