@@ -7,6 +7,8 @@ Layers (entities, scheduler, cost model and workload kept apart):
     kv_cache_manager.py per-request blocks: prefix hits, all-or-nothing allocation
     scheduler.py        vLLM V1's schedule() step by step (and V0's prefill-first)
     cohort.py, engine.py the event loop; decoding requests kept implicit for speed
+    pure_decode.py      decode-only steps in a tight loop (also admits prompts that fit whole)
+    arrivals.py         requests on their way to the engine, by arrival time
     steptime.py         step time as a linear combination of roofline basis terms
     coefficients.py     the fitted step-time coefficients (benchmarks/fit_steptime.py)
     fit.py              fitting coefficients from measured latencies (also for `kvwise calibrate`)

@@ -10,17 +10,18 @@ workloads both ways and compares the JSON):
   whenever the fast path's conditions do not hold);
 * fast: decoding requests stay implicit in a `DecodeCohort`; only requests with an event this
   step (a new block, the last token) and partial prefills are touched;
-* pure decode: consecutive steps in which nothing but decoding can happen run in a tight loop.
+* pure decode (`pure_decode.py`): consecutive steps in which nothing but decoding can happen
+  run in a tight loop, which also admits arrivals whose whole prompts fit a step.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvwise.sim import pure_decode
+from kvwise.sim.arrivals import ArrivalQueue
 from kvwise.sim.cohort import DecodeCohort
 from kvwise.sim.kv_cache_manager import KVCacheManager
 from kvwise.sim.records import ItlBin, StepLog
@@ -95,7 +96,7 @@ class Engine:
         self.step_log = StepLog() if record_steps else None
         self.now = 0.0
         self.step_index = 0
-        self._arrivals: list[tuple[float, int, Request]] = []
+        self.arrivals = ArrivalQueue()
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
         # accumulated over steps
@@ -107,19 +108,19 @@ class Engine:
         self.decode_itl_bin, self.step_itl_bin = ItlBin(), ItlBin()
         self.samples: list[tuple[float, float, int, int]] = []  # (time, KV usage, running, waiting)
         self.sample_interval_s = 0.05
-        self._next_sample_s = 0.0
+        self.next_sample_s = 0.0
         self.on_progress: Callable[[int], None] | None = None  # requests done, now and then
 
     # -- input -----------------------------------------------------------------------------
 
     def submit(self, request: Request) -> None:
         """Queue a request that reaches the engine at `request.arrival_s`."""
-        heapq.heappush(self._arrivals, (request.arrival_s, request.request_id, request))
+        self.arrivals.push(request)
 
-    def _admit_arrivals(self) -> None:
-        arrivals, now, max_model_len = self._arrivals, self.now, self.config.max_model_len
-        while arrivals and arrivals[0][0] <= now:
-            request = heapq.heappop(arrivals)[2]
+    def admit_arrivals(self) -> None:
+        arrivals, now, max_model_len = self.arrivals, self.now, self.config.max_model_len
+        while arrivals.next_s <= now:
+            request = arrivals.pop()
             if request.num_prompt_tokens + request.max_tokens > max_model_len:
                 # vLLM's API server answers 400: prompt + max_tokens exceed max_model_len
                 request.status = Status.REJECTED
@@ -133,20 +134,20 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        scheduler, arrivals, waiting = self.scheduler, self._arrivals, self.scheduler.waiting
+        scheduler, arrivals, waiting = self.scheduler, self.arrivals, self.scheduler.waiting
         while True:
             was_waiting = bool(waiting)
-            if arrivals and arrivals[0][0] <= self.now:
-                self._admit_arrivals()
+            if arrivals.next_s <= self.now:
+                self.admit_arrivals()
             if not scheduler.running and not waiting:
                 if not arrivals:
                     return
-                self.now = max(self.now, arrivals[0][0])  # idle until the next arrival
+                self.now = max(self.now, arrivals.next_s)  # idle until the next arrival
                 continue
             # a request that just reached an empty queue is usually admitted at once: go
             # straight to a scheduling step (both ways of running a step give the same result)
-            if self.fast and (was_waiting or not waiting) and self._pure_decode_ready():
-                self._run_pure_decode()
+            if self.fast and (was_waiting or not waiting) and pure_decode.ready(self):
+                pure_decode.run(self)
             else:
                 self._step()
 
@@ -174,12 +175,12 @@ class Engine:
                 plan.decode_context,
                 plan.num_scheduled_reqs,
             )
-        self._end_step(step_s, num_lazy)
-        self._apply_outputs(plan, step, step_s)
+        self.end_step(step_s, num_lazy)
+        self.apply_outputs(plan, step, step_s)
 
-    def _apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
+    def apply_outputs(self, plan: StepPlan, step: int, step_s: float) -> None:
         now, cohort, scheduler = self.now, self.cohort, self.scheduler
-        done = self._finish_decoders(step) if step in cohort.finish_events else []
+        done = self.finish_decoders(step) if step in cohort.finish_events else []
         produced, finished = scheduler.update_after_step(plan)
         for request in produced:
             if request.first_token_s is None:
@@ -193,9 +194,9 @@ class Engine:
             if self.fast and request.status is Status.RUNNING:
                 cohort.join(request, step + 1)
         if done or finished:
-            self._complete((*done, *finished))
+            self.complete((*done, *finished))
 
-    def _finish_decoders(self, step: int) -> list[Request]:
+    def finish_decoders(self, step: int) -> list[Request]:
         """Implicit decoders whose last token came out of `step` leave the running list."""
         cohort, scheduler = self.cohort, self.scheduler
         done = cohort.take_finishes(step)
@@ -204,14 +205,14 @@ class Engine:
             scheduler.finish(request)
         return done
 
-    def _complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
+    def complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
         now = self.now
         for request in requests:
             request.finish_s = now
             self.finished.append(request)
             self.on_done(request)
 
-    def _end_step(self, step_s: float, num_lazy_decodes: int) -> None:
+    def end_step(self, step_s: float, num_lazy_decodes: int) -> None:
         self.now += step_s
         self.step_end_s.append(self.now)
         self.step_index += 1
@@ -222,8 +223,8 @@ class Engine:
             self.max_used_blocks = used
         if num_lazy_decodes:
             self._add_itl(step_s, num_lazy_decodes)
-        if self.now >= self._next_sample_s:
-            self._sample()
+        if self.now >= self.next_sample_s:
+            self.sample()
 
     def _add_itl(self, gap_s: float, count: int) -> None:
         itl = self.step_itl_bin
@@ -231,14 +232,14 @@ class Engine:
             itl.start(gap_s)
         self.itl_hist[itl.key] = self.itl_hist.get(itl.key, 0) + count
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         if self.on_progress is not None:
             self.on_progress(len(self.finished) + len(self.rejected))
         scheduler = self.scheduler
         self.samples.append(
             (self.now, self.kv_cache.pool.usage, len(scheduler.running), len(scheduler.waiting))
         )
-        self._next_sample_s = self.now + self.sample_interval_s
+        self.next_sample_s = self.now + self.sample_interval_s
         if len(self.samples) > MAX_SAMPLES:  # keep every other point, sample half as often
             self.samples = self.samples[::2]
             self.sample_interval_s *= 2
@@ -310,111 +311,3 @@ class Engine:
             if not self.scheduler.allocate_or_preempt(request, 1, plan):
                 return False
         return True
-
-    def _pure_decode_ready(self) -> bool:
-        """Nothing but the implicit decoders can run at this step boundary."""
-        cohort, scheduler = self.cohort, self.scheduler
-        if not cohort.members or len(cohort.members) != len(scheduler.running):
-            return False
-        step = self.step_index
-        if len(cohort.needing_blocks(step)) > self.kv_cache.pool.num_free_blocks:
-            return False
-        budget = self.config.max_num_batched_tokens - len(cohort.members)
-        if budget < 0:
-            return False
-        # a blocked queue head stays blocked: no block is freed and no budget or seat appears
-        # before the next finish
-        return not scheduler.waiting or not scheduler.can_admit_head(budget)
-
-    def _run_pure_decode(self) -> None:
-        """Decode-only steps in a tight loop, until an arrival, a block shortage, or the next
-        finish: that step runs too (its batch is the same), then its finishers leave."""
-        next_finish = self.cohort.next_finish_step()
-        self._pure_decode_loop(next_finish)
-        if next_finish is not None and self.step_index > next_finish:
-            self._complete(self._finish_decoders(next_finish))
-
-    def _pure_decode_loop(self, next_finish: int | None) -> None:
-        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
-        num_decode = len(cohort.members)
-        step = self.step_index
-        last_step = next_finish + 1 if next_finish is not None else step + 10**12
-        next_arrival_s = self._arrivals[0][0] if self._arrivals else math.inf
-        context = cohort.decode_context(step)
-        groups, block_size = cohort.phase_groups, cohort.block_size
-        # StepWeights.step_s(num_decode, 0, context, num_decode) with its constant part hoisted:
-        # the same float operations in the same order, so the same result bit for bit
-        excess = w.gemm_token_s * num_decode - w.weight_read_s
-        fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
-        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
-        if self.step_log is not None or self.on_progress is not None:
-            self._pure_decode_steps(step, last_step, next_arrival_s, context, fixed_s)
-            return
-        # _end_step inlined, with the same float operations in the same order
-        usable = self.config.num_gpu_blocks - 1
-        used = usable - pool.num_free_blocks
-        now, busy_s, kv_block_s, max_used = (
-            self.now,
-            self.busy_s,
-            self.kv_block_s,
-            self.max_used_blocks,
-        )
-        append_end, hist, next_sample_s = self.step_end_s.append, self.itl_hist, self._next_sample_s
-        itl = self.decode_itl_bin
-        # the blocks are granted in one call for many steps: nothing else takes or returns
-        # blocks meanwhile, so each step's group gets the same blocks as one call per step
-        pending: list[Request] = []
-        num_free = pool.num_free_blocks
-        while step < last_step and now < next_arrival_s:
-            group = groups[step % block_size]
-            if group:
-                if len(group) > num_free:
-                    break
-                pending += group
-                num_free -= len(group)
-                used = usable - num_free
-                if used > max_used:
-                    max_used = used
-            step_s = fixed_s + context_token_s * context + reqs_s
-            now += step_s
-            append_end(now)
-            busy_s += step_s
-            kv_block_s += used * step_s
-            if not itl.lo <= step_s < itl.hi:
-                itl.flush(hist)
-                itl.start(step_s)
-            itl.count += num_decode
-            step += 1
-            context += num_decode
-            if now >= next_sample_s:
-                pool.grant_blocks(pending)  # the sample reads the pool
-                pending = []
-                self.now, self.step_index = now, step
-                self._sample()
-                next_sample_s = self._next_sample_s
-        pool.grant_blocks(pending)
-        itl.flush(hist)
-        self.now, self.step_index, self.busy_s, self.kv_block_s = now, step, busy_s, kv_block_s
-        self.max_used_blocks = max_used
-
-    def _pure_decode_steps(
-        self, step: int, last_step: int, next_arrival_s: float, context: int, fixed_s: float
-    ) -> None:
-        """The same loop through `_end_step`, when steps are logged or progress reported."""
-        cohort, w, pool = self.cohort, self.weights, self.kv_cache.pool
-        num_decode = len(cohort.members)
-        groups, block_size = cohort.phase_groups, cohort.block_size
-        context_token_s, reqs_s = w.context_token_s, w.request_s * num_decode
-        log = self.step_log
-        while step < last_step and self.now < next_arrival_s:
-            group = groups[step % block_size]
-            if group:
-                if len(group) > pool.num_free_blocks:
-                    break
-                pool.grant_blocks(group)
-            step_s = fixed_s + context_token_s * context + reqs_s
-            if log is not None:
-                log.add(self.now, num_decode, 0, context, num_decode)
-            self._end_step(step_s, num_decode)
-            step += 1
-            context += num_decode

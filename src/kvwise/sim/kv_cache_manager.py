@@ -52,6 +52,11 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.pool.usage
 
+    def looks_up(self, request: Request) -> bool:
+        """Whether the request's prefix can be in the cache: not when nobody registered its
+        tokens (no other request has them, and it was never preempted)."""
+        return self.enable_prefix_caching and (request.is_shareable or request.num_preemptions > 0)
+
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Cached blocks for the request's longest cached prefix (at most num_tokens - 1 tokens).
 
@@ -59,8 +64,8 @@ class KVCacheManager:
         none of its blocks has been evicted since, and only extended (the same result as a
         fresh walk from the first block).
         """
-        if not self.enable_prefix_caching or not (request.is_shareable or request.num_preemptions):
-            return []  # nobody registered these tokens: no other request has them
+        if not self.looks_up(request):
+            return []
         block_size, pool = self.block_size, self.pool
         max_blocks = (request.num_tokens - 1) // block_size
         hits = self._still_valid_hits(request)
@@ -124,11 +129,16 @@ class KVCacheManager:
         full_sequence_must_fit: bool = False,
     ) -> bool:
         """Blocks for `num_new_tokens` more tokens (after any cache hits), or False if none fit."""
-        pool, block_size = self.pool, self.block_size
         hits = computed_blocks or []
         needed = self.blocks_needed(request, num_new_tokens, hits, full_sequence_must_fit)
-        if needed > pool.num_free_blocks:
+        if needed > self.pool.num_free_blocks:
             return False
+        self.allocate_checked(request, num_new_tokens, hits)
+        return True
+
+    def allocate_checked(self, request: Request, num_new_tokens: int, hits: list[int]) -> None:
+        """`allocate_slots` once its caller has checked that `blocks_needed` are free."""
+        pool, block_size = self.pool, self.block_size
         if hits:
             pool.touch(hits)
             request.block_ids.extend(hits)
@@ -140,7 +150,6 @@ class KVCacheManager:
             request.block_ids.extend(pool.get_new_blocks(num_new_blocks))
         if self.enable_prefix_caching and request.is_shareable:
             self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
-        return True
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Register the request's blocks that `num_tokens` fill completely."""

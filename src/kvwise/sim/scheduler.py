@@ -171,7 +171,7 @@ class Scheduler:
             ):
                 break
             waiting.popleft()
-            self._start_running(request, num_computed)
+            self.start_running(request, num_computed)
             plan.add(request, num_new)
             budget -= num_new
 
@@ -190,7 +190,7 @@ class Scheduler:
         )
         return needed <= kv_cache.pool.num_free_blocks
 
-    def _start_running(self, request: Request, num_computed: int) -> None:
+    def start_running(self, request: Request, num_computed: int) -> None:
         if request.status is Status.WAITING:  # first admission (not a return after preemption)
             request.num_cached_tokens = num_computed
         self.prefix_queried_tokens += request.num_tokens
