@@ -34,7 +34,7 @@ from kvwise.gateway.schemas import ChatRequest, CompletionRequest
 from kvwise.gateway.security import ApiKeys, RateLimiter
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.tokens import load_tokenizer
-from kvwise.gateway.upstream_http import UpstreamClient
+from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
 
 log = logging.getLogger("kvwise.gateway")
 
@@ -146,18 +146,29 @@ class Gateway:
         """Down when it refuses connections or answers /health with an error; a slow answer
         (a busy engine) leaves its state as it was, and the next tick asks again."""
         try:
-            health = await self.http.get(f"{replica.url}/health", timeout=HEALTH_TIMEOUT_S)
-            if health.status_code != 200:
-                log.warning("replica %s answers /health with %d", replica.name, health.status_code)
-            replica.is_healthy = health.status_code == 200
-            metrics = await self.http.get(f"{replica.url}/metrics", timeout=HEALTH_TIMEOUT_S)
-            replica.load = (
-                parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
-            )
-        except httpx.TimeoutException:
+            status, _ = await self._get(f"{replica.url}/health")
+            if status != 200:
+                log.warning("replica %s answers /health with %d", replica.name, status)
+            replica.is_healthy = status == 200
+            status, body = await self._get(f"{replica.url}/metrics")
+            replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
+        except (asyncio.TimeoutError, UpstreamTimeout):
             log.warning("replica %s slow to answer its health check", replica.name)
-        except httpx.HTTPError:
+        except UpstreamConnectionError:
             self.mark_down(replica)
+
+    async def _get(self, url: str) -> tuple[int, bytes]:
+        """A health-check GET on the relay's own HTTP client: it runs on the serving event loop
+        every tick, where httpx would hold the loop for milliseconds."""
+
+        async def get() -> tuple[int, bytes]:
+            response = await self.upstream.get(url)
+            try:
+                return response.status, await response.read()
+            finally:
+                response.close()
+
+        return await asyncio.wait_for(get(), HEALTH_TIMEOUT_S)
 
     async def _health_loop(self) -> None:
         while True:

@@ -27,6 +27,10 @@ class UpstreamConnectionError(Exception):
     """Connecting, writing or reading failed, or the answer was not HTTP."""
 
 
+class UpstreamTimeout(UpstreamConnectionError):
+    """Connecting or reading took longer than its timeout: a busy server, or a dead one."""
+
+
 class _StaleConnection(UpstreamConnectionError):
     """A kept-alive connection was closed by the server before it answered anything."""
 
@@ -101,8 +105,9 @@ class UpstreamResponse:
                     yield piece
             self._is_consumed = True
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            what = "timed out" if self._connection.timed_out else type(exc).__name__
-            raise UpstreamConnectionError(f"{what} while reading the body") from None
+            if self._connection.timed_out:
+                raise UpstreamTimeout("timed out while reading the body") from None
+            raise UpstreamConnectionError(f"{type(exc).__name__} while reading the body") from None
 
     async def _iter_sized(self) -> AsyncIterator[bytes]:
         remaining = int(self.headers.get("content-length", "0"))
@@ -160,8 +165,18 @@ class UpstreamClient:
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
         """Send the request and read the response head; the body is read by the caller."""
+        return await self._request("POST", url, body, headers)
+
+    async def get(self, url: str, headers: dict[str, str] | None = None) -> UpstreamResponse:
+        return await self._request("GET", url, b"", headers or {})
+
+    async def _request(
+        self, method: str, url: str, body: bytes, headers: dict[str, str]
+    ) -> UpstreamResponse:
         key, path, netloc = self._target(url)
-        head = [f"POST {path} HTTP/1.1", f"host: {netloc}", f"content-length: {len(body)}"]
+        head = [f"{method} {path} HTTP/1.1", f"host: {netloc}"]
+        if body or method != "GET":
+            head.append(f"content-length: {len(body)}")
         head += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         connection = await self._connection(key)
@@ -187,7 +202,7 @@ class UpstreamClient:
         except asyncio.IncompleteReadError as exc:
             connection.close()
             if connection.timed_out:
-                raise UpstreamConnectionError("timed out waiting for the response") from None
+                raise UpstreamTimeout("timed out waiting for the response") from None
             error = _StaleConnection if not exc.partial else UpstreamConnectionError
             raise error("connection closed before the response") from None
         except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
@@ -213,7 +228,9 @@ class UpstreamClient:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(*key, limit=MAX_HEAD_BYTES), self.connect_timeout_s
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except asyncio.TimeoutError:
+            raise UpstreamTimeout("cannot connect: TimeoutError") from None
+        except OSError as exc:
             raise UpstreamConnectionError(f"cannot connect: {type(exc).__name__}") from None
         return _Connection(reader, writer, self.read_timeout_s)
 

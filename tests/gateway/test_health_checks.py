@@ -1,0 +1,112 @@
+"""The gateway's health ticks: /health decides up or down, /metrics the engine's load, and a
+replica too slow to answer keeps its state.
+
+The replica here is a raw asyncio server scripted per path: the test is about how the gateway
+reads the answers (status, body, timing), which needs exact control of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import kvwise.gateway.app as app_module
+from kvwise.gateway.app import Gateway
+from tests.gateway.servers import make_config
+
+METRICS = (Path(__file__).parent / "data" / "vllm_0.32.0_cpu_metrics_busy.txt").read_bytes()
+
+Answer = Callable[[str], Awaitable[tuple[int, bytes]]]
+
+
+def http_response(status: int, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status} X\r\ncontent-length: {len(body)}\r\ncontent-type: text/plain\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+async def scripted_replica(answer: Answer) -> tuple[asyncio.Server, str]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: the gateway reuses its connections
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode()
+                status, body = await answer(path)
+                writer.write(http_response(status, body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def one_tick(answer: Answer, *, was_healthy: bool = True) -> Gateway:
+    server, url = await scripted_replica(answer)
+    gateway = Gateway(make_config([url]))
+    await gateway.start()
+    try:
+        gateway.replicas[0].is_healthy = was_healthy
+        await gateway.check_replicas()
+        return gateway
+    finally:
+        await gateway.stop()
+        server.close()
+
+
+async def healthy(path: str) -> tuple[int, bytes]:
+    return (200, METRICS) if path == "/metrics" else (200, b"")
+
+
+def test_a_healthy_replica_reports_its_engine_load() -> None:
+    gateway = asyncio.run(one_tick(healthy, was_healthy=False))
+    replica = gateway.replicas[0]
+    assert replica.is_healthy
+    # the figures in the recorded vLLM 0.32 CPU /metrics
+    assert replica.load is not None
+    assert replica.load.num_requests_running == 1
+    assert replica.load.pool_tokens == 131072
+    assert replica.load.block_size == 128
+
+
+def test_a_replica_that_answers_health_with_an_error_is_marked_down() -> None:
+    async def failing(path: str) -> tuple[int, bytes]:
+        return (503, b"engine dead") if path == "/health" else (200, METRICS)
+
+    gateway = asyncio.run(one_tick(failing))
+    assert not gateway.replicas[0].is_healthy
+
+
+def test_a_replica_that_refuses_connections_is_marked_down() -> None:
+    async def tick() -> Gateway:
+        server, url = await scripted_replica(healthy)
+        server.close()
+        await server.wait_closed()  # nothing listens on the port any more
+        gateway = Gateway(make_config([url]))
+        await gateway.start()
+        try:
+            await gateway.check_replicas()
+            return gateway
+        finally:
+            await gateway.stop()
+
+    assert not asyncio.run(tick()).replicas[0].is_healthy
+
+
+@pytest.mark.parametrize("was_healthy", [True, False])
+def test_a_replica_too_slow_to_answer_keeps_its_state(
+    monkeypatch: pytest.MonkeyPatch, was_healthy: bool
+) -> None:
+    """A busy engine is not a dead one: the next tick asks again."""
+    monkeypatch.setattr(app_module, "HEALTH_TIMEOUT_S", 0.2)
+
+    async def stalled(path: str) -> tuple[int, bytes]:
+        await asyncio.sleep(2)
+        return 200, b""
+
+    gateway = asyncio.run(one_tick(stalled, was_healthy=was_healthy))
+    assert gateway.replicas[0].is_healthy is was_healthy
