@@ -61,12 +61,8 @@ def run(engine: Engine) -> None:
 def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     """Steps up to and including `next_finish`; True if it stopped at an arrival first."""
     cohort, pool = engine.cohort, engine.kv_cache.pool
-    num_decode = len(cohort.members)
-    step = engine.step_index
-    last_step = next_finish + 1 if next_finish is not None else step + 10**12
-    next_arrival_s = engine.arrivals.next_s
-    context = cohort.decode_context(step)
     groups, block_size = cohort.phase_groups, cohort.block_size
+    num_decode, step, last_step, next_arrival_s, context = _run_start(engine, next_finish)
     fixed_s, context_token_s, reqs_s = _decode_step_terms(engine, num_decode)
     # Engine.end_step inlined, with the same float operations in the same order
     usable = engine.config.num_gpu_blocks - 1
@@ -122,12 +118,8 @@ def _logged_decode_loop(engine: Engine, next_finish: int | None) -> None:
     """The same steps through `Engine.end_step`, when steps are logged (the run then ends at
     its first event)."""
     cohort, pool = engine.cohort, engine.kv_cache.pool
-    num_decode = len(cohort.members)
-    step = engine.step_index
-    last_step = next_finish + 1 if next_finish is not None else step + 10**12
-    next_arrival_s = engine.arrivals.next_s
-    context = cohort.decode_context(step)
     groups, block_size = cohort.phase_groups, cohort.block_size
+    num_decode, step, last_step, next_arrival_s, context = _run_start(engine, next_finish)
     fixed_s, context_token_s, reqs_s = _decode_step_terms(engine, num_decode)
     log = engine.step_log
     while step < last_step and engine.now < next_arrival_s:
@@ -142,6 +134,15 @@ def _logged_decode_loop(engine: Engine, next_finish: int | None) -> None:
         engine.end_step(step_s, num_decode)
         step += 1
         context += num_decode
+
+
+def _run_start(engine: Engine, next_finish: int | None) -> tuple[int, int, int, float, int]:
+    """Decoders, first step, the step after the last one to run, the next arrival's time, and
+    the decode context of the first step."""
+    step = engine.step_index
+    last_step = next_finish + 1 if next_finish is not None else step + 10**12
+    context = engine.cohort.decode_context(step)
+    return len(engine.cohort.members), step, last_step, engine.arrivals.next_s, context
 
 
 def _decode_step_terms(engine: Engine, num_decode: int) -> tuple[float, float, float]:
