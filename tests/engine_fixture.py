@@ -178,9 +178,9 @@ class PausedEngine:
         time a tiny model needs for a 200-token reply. Stepping bounds what the engine does
         while the test waits for the client to see it.
 
-        The resume-sleep-stop runs in a shell of its own, not in this process: here the stop
-        would wait for the GIL, which the in-process gateway and client hold while they relay
-        the very tokens the engine is producing, and a late stop lets a whole reply through.
+        The resume-sleep-stop runs in a shell of its own, not in this process, where the stop
+        would wait for the GIL that the in-process gateway and client hold while they relay the
+        tokens the engine produces.
         """
         pids = " ".join(str(pid) for pid in self.pids)
         script = f"kill -CONT {pids}; sleep {run_s}; kill -STOP {pids}"
