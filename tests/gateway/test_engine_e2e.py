@@ -302,12 +302,12 @@ def test_over_long_prompt_is_refused_with_400_before_the_engine(vllm_engine: Eng
         assert gw.gateway.admission.num_admitted == 0  # never reached the engine
 
 
-# One rerun (reported as "rerun" in the summary): in about one run of the engine tests in
-# four, the reply is already complete when the client reads its first token. Seen in stop 8
-# with the step run from a shell: the gateway's TPOT histogram held one stream of 2 us per
-# token, so the whole reply reached the gateway before it relayed anything, and stepping went
-# on until the end. Why no token-carrying event came earlier is not found; it has only been
-# seen after the other engine tests, never in 45 runs of this test alone.
+# One rerun (reported as "rerun" in the summary): in 3 of 7 runs of the gateway's engine tests
+# at the end of stop 8, the reply was already complete when the client read its first token.
+# The gateway's TPOT histogram then held one stream at 2 us per token: the whole reply (about
+# 450 KB) was read in a few ms, after it had piled up unread, and stepping went on to the end.
+# What held the relay back is not found; it has only been seen after the other engine tests,
+# never in 45 runs of this test alone.
 @pytest.mark.flaky(reruns=1)
 def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EngineProcess) -> None:
     cost = cost_of(QUESTION, 1500)
