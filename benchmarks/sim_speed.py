@@ -6,6 +6,9 @@ For each workload: the median CPU time (time.process_time) of `--repeats` runs, 
 engine steps, steps per CPU second, and the speed-up of the fast paths over the reference
 scheduler (measured in the same run, on the same workload). Deployment: Qwen2.5-7B-Instruct on
 one RTX 4090 with vLLM's defaults (KV pool from the planner), unless a workload says otherwise.
+
+The engine runs compiled when the install compiled it (setup.py); KVWISE_PURE_PYTHON=1 runs the
+same figures on the Python source. The first line of the output says which one ran.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+import kvwise.sim
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
@@ -79,13 +83,12 @@ def main(argv: list[str]) -> int:
     results = {name: measure(config, spec, args.repeats) for name, spec in WORKLOADS.items()}
     total_steps = sum(r["steps"] for r in results.values())
     total_s = sum(r["cpu_s"] for r in results.values())
+    engine = "compiled (mypyc)" if kvwise.sim.IS_COMPILED else "Python source"
     if args.json:
-        print(
-            json.dumps(
-                {"workloads": results, "steps_per_cpu_s_overall": total_steps / total_s}, indent=2
-            )
-        )
+        summary = {"engine": engine, "steps_per_cpu_s_overall": total_steps / total_s}
+        print(json.dumps({"workloads": results, **summary}, indent=2))
         return 0
+    print(f"engine: {engine}")
     print(f"{'workload':<58} {'CPU s':>7} {'steps':>8} {'steps/CPU s':>12} {'vs reference':>13}")
     for name, r in results.items():
         print(

@@ -26,8 +26,77 @@ Public API, for the CLI and for callers such as a flag recommender:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+# The modules an engine step runs through, compiled with mypyc when the package was built with
+# a C compiler (setup.py). Compiled or not, they run the same source and give the same results
+# (tests/sim/test_compiled.py); compiled, an engine step takes 2-6x less CPU.
+COMPILED_MODULES = (
+    "arrivals",
+    "block_pool",
+    "cohort",
+    "engine",
+    "kv_cache_manager",
+    "metrics",
+    "pure_decode",
+    "records",
+    "request",
+    "runner",
+    "scheduler",
+    "steptime",
+)
+_HERE = Path(__file__).parent
+
+
+def _compiled_build_is_current() -> bool:
+    """Whether the compiled modules were built from the sources that sit here now.
+
+    False when there is no build, when KVWISE_PURE_PYTHON is set, and when any source was edited
+    after the build: an edited .py must not be shadowed by a stale extension module.
+    """
+    if os.environ.get("KVWISE_PURE_PYTHON"):
+        return False
+    try:
+        recorded = json.loads((_HERE / "_compiled.json").read_text())
+        return all(
+            hashlib.sha256((_HERE / f"{name}.py").read_bytes()).hexdigest() == recorded[name]
+            and any((_HERE / f"{name}{suffix}").exists() for suffix in EXTENSION_SUFFIXES)
+            for name in COMPILED_MODULES
+        )
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+class _SourceFinder:
+    """Loads the engine modules from their .py files, never from an extension module beside them
+    (all of them: compiled modules call each other natively and cannot mix with source ones)."""
+
+    names = frozenset(f"{__name__}.{name}" for name in COMPILED_MODULES)
+
+    @classmethod
+    def find_spec(
+        cls, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in cls.names:
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, _HERE / f"{fullname.rsplit('.', 1)[1]}.py"
+        )
+
+
+IS_COMPILED = _compiled_build_is_current()
+if not IS_COMPILED:
+    sys.meta_path.insert(0, _SourceFinder())
 
 # Names load on first use (PEP 562), so that `kvwise plan` can read the workload flags without
 # importing the engine, the planner glue and the calibration store.

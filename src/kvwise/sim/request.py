@@ -68,8 +68,8 @@ class Request:
         prompt: list[Segment],
         max_tokens: int,
         *,
+        output_seg_id: int,  # (first of the keyword-only ones: mypyc needs the defaults last)
         output_len: int | None = None,
-        output_seg_id: int,
         sent_s: float = 0.0,
         arrival_s: float = 0.0,
         owner: object = None,
