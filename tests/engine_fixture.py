@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ class EngineProcess:
         try:
             yield paused
         finally:
+            paused.close()
             self.resume(paused.pids)
 
     def kill(self) -> None:
@@ -165,10 +167,33 @@ class EngineProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-@dataclass
+# The stepping process: SIGCONT, sleep, SIGSTOP for each line read, no process started in
+# between. It prints how long each step held the engine running.
+_STEPPER = """
+import os, signal, sys, time
+pids = [int(arg) for arg in sys.argv[1:]]
+def send(sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+for line in sys.stdin:
+    started = time.monotonic()
+    send(signal.SIGCONT)
+    time.sleep(float(line))
+    send(signal.SIGSTOP)
+    print(time.monotonic() - started, flush=True)
+"""
+
+
 class PausedEngine:
-    pids: list[int]
-    longest_step_s: float = 0.0  # SIGCONT to SIGSTOP, the longest so far (for failure messages)
+    """A paused engine, run a moment at a time by `step()`."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.longest_step_s = 0.0  # SIGCONT to SIGSTOP, the longest so far (for failure messages)
+        self._stepper: subprocess.Popen[str] | None = None
 
     def step(self, run_s: float = 0.02) -> None:
         """Let the engine run for about `run_s`: a few tokens, not a whole reply.
@@ -178,15 +203,38 @@ class PausedEngine:
         time a tiny model needs for a 200-token reply. Stepping bounds what the engine does
         while the test waits for the client to see it.
 
-        The resume-sleep-stop runs in a shell of its own, not in this process, where the stop
-        would wait for the GIL that the in-process gateway and client hold while they relay the
-        tokens the engine produces.
+        The SIGCONT-sleep-SIGSTOP runs in a process of its own that starts once, in a session of
+        its own (its own scheduling group) and at a higher priority. Run from this process, the
+        SIGSTOP waited for the GIL that the in-process gateway and client hold; run by a shell
+        that started `sleep`, it came seconds late: once the engine was running, starting each
+        command of the shell took 2-4 s (measured with `date` between them), so the engine
+        generated a whole 1,500-token reply in one step.
         """
-        pids = " ".join(str(pid) for pid in self.pids)
-        script = f"kill -CONT {pids}; sleep {run_s}; kill -STOP {pids}"
-        started_s = time.monotonic()
-        subprocess.run(["/bin/sh", "-c", script], stderr=subprocess.DEVNULL, check=False)
-        self.longest_step_s = max(self.longest_step_s, time.monotonic() - started_s)
+        stepper = self._stepper or self._start_stepper()
+        assert stepper.stdin is not None and stepper.stdout is not None
+        stepper.stdin.write(f"{run_s}\n")
+        stepper.stdin.flush()
+        self.longest_step_s = max(self.longest_step_s, float(stepper.stdout.readline()))
+
+    def _start_stepper(self) -> subprocess.Popen[str]:
+        command = [sys.executable, "-c", _STEPPER, *map(str, self.pids)]
+        self._stepper = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        with contextlib.suppress(PermissionError):  # raising a priority needs root (CI has it)
+            os.setpriority(os.PRIO_PROCESS, self._stepper.pid, -10)
+        return self._stepper
+
+    def close(self) -> None:
+        """Stop the stepping process (the engine stays as it is: paused, or gone)."""
+        if self._stepper is not None:
+            self._stepper.kill()
+            self._stepper.wait(timeout=10)
+            assert self._stepper.stdin is not None and self._stepper.stdout is not None
+            self._stepper.stdin.close()
+            self._stepper.stdout.close()
+            self._stepper = None
 
     def step_until(self, is_done: Callable[[], bool], timeout_s: float = 60.0) -> None:
         """Step, then give the client 0.1 s to see the result, until `is_done()`."""

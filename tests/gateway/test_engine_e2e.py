@@ -302,12 +302,12 @@ def test_over_long_prompt_is_refused_with_400_before_the_engine(vllm_engine: Eng
         assert gw.gateway.admission.num_admitted == 0  # never reached the engine
 
 
-# One rerun (reported as "rerun" in the summary): in 3 of 7 runs of the gateway's engine tests
-# at the end of stop 8, the reply was already complete when the client read its first token.
-# The gateway's TPOT histogram then held one stream at 2 us per token: the whole reply (about
-# 450 KB) was read in a few ms, after it had piled up unread, and stepping went on to the end.
-# What held the relay back is not found; it has only been seen after the other engine tests,
-# never in 45 runs of this test alone.
+# One rerun (reported as "rerun" in the summary). In stop 9 the failure was traced to the
+# stepping: in a failing run the engine's 20 ms step lasted 7 s, long enough for the whole
+# 1,500-token reply, because the processes the test starts were starved of CPU while the engine
+# ran (a shell took 4.3 s to run `kill -CONT` and `date`). A stepping process of its own
+# (tests/engine_fixture.py) made it rarer (1 failure in 4 runs of the engine tests, against 3 in
+# 4 before) but not rare enough: the starvation itself is not explained.
 @pytest.mark.flaky(reruns=1)
 def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EngineProcess) -> None:
     cost = cost_of(QUESTION, 1500)
@@ -335,8 +335,8 @@ def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EnginePr
                 has_token.set()
                 stepper.join()
                 assert replica.reserved_tokens == cost, (
-                    first,
                     f"longest engine step {frozen.longest_step_s:.3f} s",
+                    first,
                     engine_gauge(vllm_engine, "vllm:generation_tokens_total") - generated_before,
                     gw.gateway.metrics.registry.render(),
                     list(lines)[-3:],
