@@ -171,6 +171,10 @@ class EngineProcess:
 # between. It prints how long each step held the engine running.
 _STEPPER = """
 import os, signal, sys, time
+try:  # woken on time however busy the engine keeps the CPUs (needs root or CAP_SYS_NICE)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
 pids = [int(arg) for arg in sys.argv[1:]]
 def send(sig):
     for pid in pids:
@@ -203,12 +207,12 @@ class PausedEngine:
         time a tiny model needs for a 200-token reply. Stepping bounds what the engine does
         while the test waits for the client to see it.
 
-        The SIGCONT-sleep-SIGSTOP runs in a process of its own that starts once, in a session of
-        its own (its own scheduling group) and at a higher priority. Run from this process, the
-        SIGSTOP waited for the GIL that the in-process gateway and client hold; run by a shell
-        that started `sleep`, it came seconds late: once the engine was running, starting each
-        command of the shell took 2-4 s (measured with `date` between them), so the engine
-        generated a whole 1,500-token reply in one step.
+        The SIGCONT-sleep-SIGSTOP runs in a process of its own, started once, with a real-time
+        scheduling policy. Run from this process, the SIGSTOP waited for the GIL that the
+        in-process gateway and client hold. Run by a shell, it came seconds late: while the vLLM
+        CPU engine runs, a process of normal priority on this 2-core VM can wait seconds for the
+        CPU (a loop starting `/bin/true` every 20 ms saw stalls of 1.8, 2.1 and 6.7 s during one
+        7 s reply), so the engine generated a whole 1,500-token reply in one 20 ms step.
         """
         stepper = self._stepper or self._start_stepper()
         assert stepper.stdin is not None and stepper.stdout is not None
@@ -222,8 +226,6 @@ class PausedEngine:
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             start_new_session=True,
         )  # fmt: skip
-        with contextlib.suppress(PermissionError):  # raising a priority needs root (CI has it)
-            os.setpriority(os.PRIO_PROCESS, self._stepper.pid, -10)
         return self._stepper
 
     def close(self) -> None:

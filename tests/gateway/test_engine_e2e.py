@@ -302,13 +302,6 @@ def test_over_long_prompt_is_refused_with_400_before_the_engine(vllm_engine: Eng
         assert gw.gateway.admission.num_admitted == 0  # never reached the engine
 
 
-# One rerun (reported as "rerun" in the summary). In stop 9 the failure was traced to the
-# stepping: in a failing run the engine's 20 ms step lasted 7 s, long enough for the whole
-# 1,500-token reply, because the processes the test starts were starved of CPU while the engine
-# ran (a shell took 4.3 s to run `kill -CONT` and `date`). A stepping process of its own
-# (tests/engine_fixture.py) made it rarer (1 failure in 4 runs of the engine tests, against 3 in
-# 4 before) but not rare enough: the starvation itself is not explained.
-@pytest.mark.flaky(reruns=1)
 def test_client_disconnect_frees_the_budget_and_the_engine(vllm_engine: EngineProcess) -> None:
     cost = cost_of(QUESTION, 1500)
     config = make_config(

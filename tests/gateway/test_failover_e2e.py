@@ -49,11 +49,6 @@ async def streamed(api: openai.AsyncOpenAI, session: str, first_token: asyncio.E
     return "ended without usage"
 
 
-# One rerun (reported as "rerun" in the summary): in about one clean-machine CI run in four in
-# stop 7, the gateway had released this request's lease right after its first token while the
-# engine was frozen: most likely the over-long engine step found in the disconnect test
-# (tests/gateway/test_engine_e2e.py), since this test steps the engine the same way.
-@pytest.mark.flaky(reruns=1)
 def test_killed_replica_costs_no_request_that_had_not_streamed(
     vllm_engine: EngineProcess, tmp_path: Path
 ) -> None:
