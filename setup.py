@@ -1,7 +1,7 @@
 """Build step: compile the simulator's engine loop with mypyc when a C compiler is present.
 
 Everything else about the package is declared in pyproject.toml. The simulator runs the same
-Python source either way; compiled, it takes 2-6x less CPU per engine step
+Python source either way; compiled, a simulation takes 1.4-4x less CPU
 (benchmarks/sim_speed.py). Without a compiler, or with KVWISE_PURE_PYTHON=1 set at install
 time, the package installs as plain Python.
 

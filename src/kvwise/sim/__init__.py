@@ -40,7 +40,7 @@ from typing import Any
 
 # The modules an engine step runs through, compiled with mypyc when the package was built with
 # a C compiler (setup.py). Compiled or not, they run the same source and give the same results
-# (tests/sim/test_compiled.py); compiled, an engine step takes 2-6x less CPU.
+# (tests/sim/test_compiled.py); compiled, a simulation takes 1.4-4x less CPU (benchmarks/sim_speed.py).
 COMPILED_MODULES = (
     "arrivals",
     "block_pool",
