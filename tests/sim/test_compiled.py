@@ -31,30 +31,30 @@ WORKLOADS = [
 ]  # fmt: skip
 
 
-def simulate_json(args: list[str], *, pure: bool, pythonpath: Path = SRC) -> str:
+def run_python(args: list[str], *, pure: bool, pythonpath: Path = SRC) -> str:
+    """stdout of `python ARGS` on the package under `pythonpath`, compiled engine or source."""
     env = {k: v for k, v in os.environ.items() if k != "KVWISE_PURE_PYTHON"}
     env["PYTHONPATH"] = str(pythonpath)
     if pure:
         env["KVWISE_PURE_PYTHON"] = "1"
-    command = [sys.executable, "-m", "kvwise.cli", "simulate", "Qwen/Qwen2.5-7B-Instruct"]
     done = subprocess.run(
-        [*command, "--gpu", "rtx4090", *args, "--json"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
-def loaded_from(module: str, *, pure: bool, pythonpath: Path = SRC) -> str:
-    env = dict(os.environ, PYTHONPATH=str(pythonpath))
-    env.pop("KVWISE_PURE_PYTHON", None)
-    if pure:
-        env["KVWISE_PURE_PYTHON"] = "1"
-    code = f"import {module} as m; print(m.__file__)"
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+def simulate_json(args: list[str], *, pure: bool) -> str:
+    command = ["-m", "kvwise.cli", "simulate", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090"]
+    return run_python([*command, *args, "--json"], pure=pure)
+
+
+def loaded_from(modules: list[str], *, pythonpath: Path = SRC) -> list[str]:
+    """The files these modules load from, in a fresh process without KVWISE_PURE_PYTHON."""
+    code = (
+        "import importlib, sys; print(*(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
     )
-    return done.stdout.strip()
+    return run_python(["-c", code, *modules], pure=False, pythonpath=pythonpath).split()
 
 
 def is_extension(path: str) -> bool:
@@ -68,8 +68,10 @@ def test_the_install_compiled_the_engine_modules() -> None:
         "the simulator is not compiled, or its sources changed since it was: reinstall with "
         "`.venv/bin/pip install -e .` (needs a C compiler and Python's headers)"
     )
-    for name in kvwise.sim.COMPILED_MODULES:
-        assert is_extension(loaded_from(f"kvwise.sim.{name}", pure=False)), name
+    modules = [f"kvwise.sim.{name}" for name in kvwise.sim.COMPILED_MODULES]
+    files = loaded_from(modules)
+    assert len(files) == len(modules)
+    assert all(is_extension(path) for path in files), files
 
 
 @pytest.mark.parametrize("args", WORKLOADS, ids=["agent", "sharegpt", "preempting"])
@@ -83,11 +85,12 @@ def test_compiled_and_source_print_the_same_results(args: list[str]) -> None:
 def test_an_edited_source_runs_instead_of_its_stale_build(tmp_path: Path) -> None:
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    engine = copy / "kvwise" / "sim" / "block_pool.py"
-    assert is_extension(loaded_from("kvwise.sim.block_pool", pure=False, pythonpath=copy))
+    edited = copy / "kvwise" / "sim" / "block_pool.py"
+    names = ["block_pool", "engine", "scheduler"]
+    modules = [f"kvwise.sim.{name}" for name in names]
+    assert all(is_extension(path) for path in loaded_from(modules, pythonpath=copy))
 
-    engine.write_text(engine.read_text() + "\n# edited after the build\n")
+    edited.write_text(edited.read_text() + "\n# edited after the build\n")
 
-    for name in ("block_pool", "engine", "scheduler"):
-        path = loaded_from(f"kvwise.sim.{name}", pure=False, pythonpath=copy)
-        assert path == str(copy / "kvwise" / "sim" / f"{name}.py")
+    sources = [str(copy / "kvwise" / "sim" / f"{name}.py") for name in names]
+    assert loaded_from(modules, pythonpath=copy) == sources
