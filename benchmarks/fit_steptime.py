@@ -28,8 +28,13 @@ DEFAULT_DATA = str(
     Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
 )
 MIN_POINTS_PER_GPU = 12  # below this a GPU keeps the all-GPU set
+# Mean TPOT weighs 3: with every figure at 1 the fit left TPOT biased low on its own training
+# points (42 of 60 under, median -7.5 %), because the other figures pull the shared terms the
+# other way. Weights 1, 2, 3 and 4 gave 11.0, 10.3, 8.4 and 13.4 % median TPOT error in sample
+# (the iterated fit is not monotonic in the weight); 3 is the lowest, at a cost of 8.4 -> 10.6 %
+# on median TTFT (bar 30 %).
 WEIGHTS = {
-    "mean_tpot_ms": 1.0,
+    "mean_tpot_ms": 3.0,
     "median_ttft_ms": 1.0,
     "duration_s": 1.0,
     "mean_ttft_ms": 0.3,
