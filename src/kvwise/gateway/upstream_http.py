@@ -70,7 +70,9 @@ class _Connection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.pause_reading()
             self._is_paused = True
-        self._wake()
+        waiter = self._waiter  # _wake(), inlined: this runs once per SSE event
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def eof_received(self) -> None:
         self._is_eof = True
@@ -99,7 +101,7 @@ class _Connection(asyncio.Protocol):
         while (end := self._buffer.find(b"\r\n\r\n")) < 0:
             if len(self._buffer) > MAX_HEAD_BYTES:
                 raise ValueError("response head too large")
-            await self._wait()
+            await self._more()
         head = bytes(self._buffer[: end + 4])
         del self._buffer[: end + 4]
         return head
@@ -111,7 +113,7 @@ class _Connection(asyncio.Protocol):
                 if self._error is not None:
                     raise self._error
                 return b""
-            await self._wait()
+            await self._more()
         if len(self._buffer) <= max_bytes:
             data = bytes(self._buffer)
             self._buffer.clear()
@@ -124,8 +126,9 @@ class _Connection(asyncio.Protocol):
             self._is_paused = False
         return data
 
-    async def _wait(self) -> None:
-        """Until more bytes arrive or the connection ends; a lost connection raises its error."""
+    def _more(self) -> asyncio.Future[None]:
+        """Resolved when more bytes arrive or the connection ends (a plain function, not a
+        coroutine: one frame less per SSE event). A lost connection raises its error."""
         if self._error is not None:
             raise self._error
         if self._is_eof:
@@ -134,14 +137,11 @@ class _Connection(asyncio.Protocol):
         if self._timer is None:
             self._timer = self._loop.call_at(self._deadline_s, self._check_deadline)
         self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        return self._waiter
 
     def _check_deadline(self) -> None:
         self._timer = None
-        if self._waiter is None:
+        if self._waiter is None or self._waiter.done():
             return  # between reads, or idle in the pool: the next read arms a timer again
         if self._loop.time() >= self._deadline_s:
             self.timed_out = True
@@ -314,14 +314,14 @@ def _decode_chunks(data: bytes) -> tuple[list[bytes], bytes, bool]:
     """Complete chunks at the front of `data`, the undecoded rest, and whether the last
     (zero-size) chunk was seen. Chunk extensions are ignored and trailers not supported."""
     pieces: list[bytes] = []
-    start = 0
-    while (line_end := data.find(b"\r\n", start)) >= 0:
-        size_field = data[start:line_end]
-        if size_field.find(b";") >= 0:  # an extension
-            size_field = size_field.split(b";", 1)[0]
-        size = int(size_field, 16)  # ValueError if not hex
+    start, num_bytes = 0, len(data)
+    while start < num_bytes and (line_end := data.find(b"\r\n", start)) >= 0:
+        try:
+            size = int(data[start:line_end], 16)
+        except ValueError:  # an extension (";name=value"), else not hex: ValueError again
+            size = int(data[start:line_end].split(b";", 1)[0], 16)
         body_end = line_end + 2 + size
-        if len(data) < body_end + 2:
+        if num_bytes < body_end + 2:
             break
         if size == 0:
             return pieces, data[body_end + 2 :], True
