@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 DONE = b"data: [DONE]"
+_DECODER = json.JSONDecoder()  # json.loads(bytes) first guesses the encoding, in Python
 
 
 class EventSplitter:
@@ -39,8 +40,8 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     for line in event.split(b"\n"):
         if line.startswith(b"data:") and not line.startswith(DONE):
             try:
-                payload = json.loads(line[5:])
-            except ValueError:
+                payload = _DECODER.decode(line[5:].decode())
+            except ValueError:  # UnicodeDecodeError included
                 return None
             return payload if isinstance(payload, dict) else None
     return None
