@@ -338,6 +338,17 @@ class StreamRelay:
         if not events:
             return
         now_s = time.perf_counter()
+        if self.collector is None and self.first_token_s is not None:
+            # Past the first token and no reply to store: nothing to wait for before sending,
+            # and counting is all the metrics need (no JSON). Most events take this path.
+            await self.exchange.send(
+                {"type": "http.response.body", "body": b"".join(events), "more_body": True}
+            )
+            num_token_events = sum(1 for event in events if event.startswith(b"data: {"))
+            if num_token_events:
+                self.num_token_events += num_token_events
+                self.last_token_s = now_s
+            return
         is_last = any(sse.is_done(event) for event in events)
         if is_last:  # the turn is stored from every chunk before [DONE] reaches the client
             self._observe_all(events, now_s)

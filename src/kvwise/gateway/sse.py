@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 DONE = b"data: [DONE]"
+_DECODER = json.JSONDecoder()  # json.loads(bytes) first guesses the encoding, in Python
 
 
 class EventSplitter:
@@ -21,8 +22,8 @@ class EventSplitter:
         self._pending = b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        data = self._pending + chunk
-        if b"\r" in data:
+        data = self._pending + chunk if self._pending else chunk
+        if data.find(b"\r") >= 0:  # `b"\r" in data` first tries b"\r" as an int, and raises
             data = data.replace(b"\r\n", b"\n")
         events = data.split(b"\n\n")
         self._pending = events.pop()
@@ -39,8 +40,8 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     for line in event.split(b"\n"):
         if line.startswith(b"data:") and not line.startswith(DONE):
             try:
-                payload = json.loads(line[5:])
-            except ValueError:
+                payload = _DECODER.decode(line[5:].decode())
+            except ValueError:  # UnicodeDecodeError included
                 return None
             return payload if isinstance(payload, dict) else None
     return None

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import cast
 from urllib.parse import urlsplit
-
-T = TypeVar("T")
 
 MAX_IDLE_PER_UPSTREAM = 256
 MAX_HEAD_BYTES = 64 * 1024
+MAX_READ_BYTES = 64 * 1024
+MAX_BUFFERED_BYTES = 128 * 1024  # unread bytes past which the connection stops reading
 
 
 class UpstreamConnectionError(Exception):
@@ -35,45 +35,118 @@ class _StaleConnection(UpstreamConnectionError):
     """A kept-alive connection was closed by the server before it answered anything."""
 
 
-class _Connection:
+class _Connection(asyncio.Protocol):
     """A kept-alive upstream connection whose reads time out after `read_timeout_s`.
 
-    One timer per connection, re-armed lazily, rather than one per read: each read only moves a
+    The protocol buffers what arrives itself and wakes the one reader waiting: no
+    StreamReader, whose layers (feed, wake-up, read, wait) cost Python calls on every SSE event
+    the relay forwards. Reading pauses while `MAX_BUFFERED_BYTES` wait unread.
+
+    One timer per connection, re-armed lazily, rather than one per read: each wait only moves a
     deadline, and the timer, when it fires, aborts the connection if a read has been waiting
-    past its deadline, else sleeps until the new one. Streaming relays read once per SSE event.
+    past its deadline, else sleeps until the new one.
     """
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, read_timeout_s: float
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, read_timeout_s: float) -> None:
         self.read_timeout_s = read_timeout_s
         self.is_reused = False
         self.timed_out = False
+        self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
-        self._is_reading = False
+        self._buffer = bytearray()
+        self._is_eof = False  # the server closed its side, or the connection was lost
+        self._error: Exception | None = None
+        self._is_paused = False
+        self._waiter: asyncio.Future[None] | None = None
         self._deadline_s = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
-    async def timed(self, read: Awaitable[T]) -> T:
-        """`read`, or the connection aborted after `read_timeout_s` (the read then fails)."""
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > MAX_BUFFERED_BYTES and not self._is_paused:
+            assert self.transport is not None
+            self.transport.pause_reading()
+            self._is_paused = True
+        waiter = self._waiter  # _wake(), inlined: this runs once per SSE event
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def eof_received(self) -> None:
+        self._is_eof = True
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._is_eof = True
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._is_eof or self.transport is None or self.transport.is_closing()
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def read_head(self) -> bytes:
+        """Up to and including the blank line that ends a response head."""
+        while (end := self._buffer.find(b"\r\n\r\n")) < 0:
+            if len(self._buffer) > MAX_HEAD_BYTES:
+                raise ValueError("response head too large")
+            await self._more()
+        head = bytes(self._buffer[: end + 4])
+        del self._buffer[: end + 4]
+        return head
+
+    async def read_some(self, max_bytes: int) -> bytes:
+        """What has arrived (at most `max_bytes`), waiting if nothing has; b"" at the end."""
+        while not self._buffer:
+            if self._is_eof:
+                if self._error is not None:
+                    raise self._error
+                return b""
+            await self._more()
+        if len(self._buffer) <= max_bytes:
+            data = bytes(self._buffer)
+            self._buffer.clear()
+        else:
+            data = bytes(self._buffer[:max_bytes])
+            del self._buffer[:max_bytes]
+        if self._is_paused and len(self._buffer) <= MAX_BUFFERED_BYTES // 2:
+            assert self.transport is not None
+            self.transport.resume_reading()
+            self._is_paused = False
+        return data
+
+    def _more(self) -> asyncio.Future[None]:
+        """Resolved when more bytes arrive or the connection ends (a plain function, not a
+        coroutine: one frame less per SSE event). A lost connection raises its error."""
+        if self._error is not None:
+            raise self._error
+        if self._is_eof:
+            raise asyncio.IncompleteReadError(bytes(self._buffer), None)
         self._deadline_s = self._loop.time() + self.read_timeout_s
         if self._timer is None:
             self._timer = self._loop.call_at(self._deadline_s, self._check_deadline)
-        self._is_reading = True
-        try:
-            return await read
-        finally:
-            self._is_reading = False
+        self._waiter = self._loop.create_future()
+        return self._waiter
 
     def _check_deadline(self) -> None:
         self._timer = None
-        if not self._is_reading:
+        if self._waiter is None or self._waiter.done():
             return  # between reads, or idle in the pool: the next read arms a timer again
         if self._loop.time() >= self._deadline_s:
             self.timed_out = True
-            self.writer.transport.abort()
+            assert self.transport is not None
+            self.transport.abort()
         else:
             self._timer = self._loop.call_at(self._deadline_s, self._check_deadline)
 
@@ -81,7 +154,8 @@ class _Connection:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 @dataclass
@@ -95,45 +169,35 @@ class UpstreamResponse:
     _is_closed: bool = field(default=False)
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (chunked transfer decoded), then the connection goes back."""
+        """The body as it arrives (chunked transfer decoded), then the connection goes back.
+
+        One generator, reading the connection directly: the streaming relay resumes it once
+        per SSE event, and every layer between costs on each."""
+        connection = self._connection
         try:
             if self.headers.get("transfer-encoding", "").lower() == "chunked":
-                async for piece in self._iter_chunked():
-                    yield piece
+                # every complete chunk in a read at once: one relay `send` for a burst of events
+                pending, is_last = b"", False
+                while not is_last:
+                    data = await connection.read_some(MAX_READ_BYTES)
+                    if not data:
+                        raise asyncio.IncompleteReadError(pending, None)
+                    pieces, pending, is_last = _decode_chunks(pending + data if pending else data)
+                    if pieces:
+                        yield b"".join(pieces)
             else:
-                async for piece in self._iter_sized():
+                remaining = int(self.headers.get("content-length", "0"))
+                while remaining > 0:
+                    piece = await connection.read_some(min(remaining, MAX_READ_BYTES))
+                    if not piece:
+                        raise asyncio.IncompleteReadError(b"", remaining)
+                    remaining -= len(piece)
                     yield piece
             self._is_consumed = True
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            if self._connection.timed_out:
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            if connection.timed_out:
                 raise UpstreamTimeout("timed out while reading the body") from None
             raise UpstreamConnectionError(f"{type(exc).__name__} while reading the body") from None
-
-    async def _iter_sized(self) -> AsyncIterator[bytes]:
-        remaining = int(self.headers.get("content-length", "0"))
-        connection = self._connection
-        while remaining > 0:
-            piece = await connection.timed(connection.reader.read(min(remaining, 65536)))
-            if not piece:
-                raise asyncio.IncompleteReadError(b"", remaining)
-            remaining -= len(piece)
-            yield piece
-
-    async def _iter_chunked(self) -> AsyncIterator[bytes]:
-        """Decode chunked transfer from whatever each read brings: every complete chunk in a
-        read is yielded at once (one relay `send` for a burst of SSE events, not one each)."""
-        connection = self._connection
-        pending = b""
-        while True:
-            pieces, pending, is_last = _decode_chunks(pending)
-            if pieces:
-                yield b"".join(pieces)
-            if is_last:
-                return
-            data = await connection.timed(connection.reader.read(65536))
-            if not data:
-                raise asyncio.IncompleteReadError(pending, None)
-            pending += data
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.iter_raw()])
@@ -192,10 +256,8 @@ class UpstreamClient:
         self, key: tuple[str, int], connection: _Connection, request: bytes
     ) -> UpstreamResponse:
         try:
-            connection.writer.write(request)
-            await connection.writer.drain()
-            head = await connection.timed(connection.reader.readuntil(b"\r\n\r\n"))
-            status, headers = _parse_head(head)
+            connection.write(request)  # a write that fails is seen by the read that follows
+            status, headers = _parse_head(await connection.read_head())
         except (ConnectionResetError, BrokenPipeError) as exc:
             connection.close()
             raise _StaleConnection(type(exc).__name__) from None
@@ -205,7 +267,7 @@ class UpstreamClient:
                 raise UpstreamTimeout("timed out waiting for the response") from None
             error = _StaleConnection if not exc.partial else UpstreamConnectionError
             raise error("connection closed before the response") from None
-        except (OSError, asyncio.LimitOverrunError, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             connection.close()
             raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
         except BaseException:  # cancelled (the client left): the connection is mid-exchange
@@ -217,22 +279,23 @@ class UpstreamClient:
         idle = self._idle[key]
         while idle:
             connection = idle.pop()
-            if not connection.reader.at_eof():
+            if not connection.is_closed:
                 connection.is_reused = True
                 return connection
             connection.close()
         return await self._connect(key)
 
     async def _connect(self, key: tuple[str, int]) -> _Connection:
+        loop = asyncio.get_running_loop()
+        connect = loop.create_connection(lambda: _Connection(self.read_timeout_s), *key)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*key, limit=MAX_HEAD_BYTES), self.connect_timeout_s
-            )
+            transport, connection = await asyncio.wait_for(connect, self.connect_timeout_s)
         except asyncio.TimeoutError:
             raise UpstreamTimeout("cannot connect: TimeoutError") from None
         except OSError as exc:
             raise UpstreamConnectionError(f"cannot connect: {type(exc).__name__}") from None
-        return _Connection(reader, writer, self.read_timeout_s)
+        connection.transport = transport  # uvloop calls connection_made() only after this
+        return connection
 
     def put_back(self, key: tuple[str, int], connection: _Connection, keep: bool) -> None:
         if keep and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
@@ -251,19 +314,20 @@ def _decode_chunks(data: bytes) -> tuple[list[bytes], bytes, bool]:
     """Complete chunks at the front of `data`, the undecoded rest, and whether the last
     (zero-size) chunk was seen. Chunk extensions are ignored and trailers not supported."""
     pieces: list[bytes] = []
-    start = 0
-    while True:
-        line_end = data.find(b"\r\n", start)
-        if line_end < 0:
-            return pieces, data[start:], False
-        size = int(data[start:line_end].split(b";", 1)[0], 16)  # ValueError if not hex
+    start, num_bytes = 0, len(data)
+    while start < num_bytes and (line_end := data.find(b"\r\n", start)) >= 0:
+        try:
+            size = int(data[start:line_end], 16)
+        except ValueError:  # an extension (";name=value"), else not hex: ValueError again
+            size = int(data[start:line_end].split(b";", 1)[0], 16)
         body_end = line_end + 2 + size
-        if len(data) < body_end + 2:
-            return pieces, data[start:], False
+        if num_bytes < body_end + 2:
+            break
         if size == 0:
             return pieces, data[body_end + 2 :], True
         pieces.append(data[line_end + 2 : body_end])
         start = body_end + 2
+    return pieces, data[start:] if start else data, False
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
