@@ -1,4 +1,5 @@
-"""The gateway's upstream HTTP client: read timeouts on a stalled stream, none on a slow one.
+"""The gateway's upstream HTTP client: read timeouts on a stalled stream, none on a slow one;
+back-pressure on a large body read slowly.
 
 The upstream here is a raw asyncio server scripted byte by byte: the test is about how the
 client times its reads, which needs exact control of when each byte arrives.
@@ -83,3 +84,34 @@ def test_a_response_head_that_never_comes_times_out() -> None:
 
     with pytest.raises(UpstreamConnectionError, match="timed out waiting for the response"):
         asyncio.run(read_stream(say_nothing, read_timeout_s=0.3))
+
+
+def test_a_body_bigger_than_the_buffer_arrives_whole_to_a_slow_reader() -> None:
+    """Past 128 KiB unread the client stops reading the socket, and resumes as the relay
+    catches up: a large body must arrive whole and in order, with no stall."""
+    pieces_sent = [bytes([65 + i % 26]) * 60_000 for i in range(40)]  # 2.4 MB
+
+    async def burst(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for piece in pieces_sent:
+            writer.write(chunk(piece))
+            await writer.drain()  # blocks while the client has paused reading
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def read_slowly() -> bytes:
+        server, url = await serve_once(burst)
+        client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=2.0)
+        try:
+            response = await client.post(url, b"{}", {})
+            received = []
+            async for piece in response.iter_raw():
+                received.append(piece)
+                await asyncio.sleep(0.002)  # a relay slower than the upstream
+            response.close()
+            return b"".join(received)
+        finally:
+            client.close()
+            server.close()
+
+    assert asyncio.run(read_slowly()) == b"".join(pieces_sent)
