@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvwise.sim.block_pool import BlockPool
+from kvwise.sim.block_pool import NO_HASH, BlockPool
 
 
 def test_blocks_come_from_the_front_and_the_null_block_never_does() -> None:
@@ -41,10 +41,10 @@ def test_cached_free_blocks_stay_findable_until_taken_again_lru_first() -> None:
         pool.cache_block(block, value)
     pool.free_blocks(blocks)  # free queue: 1, 2, 3 (all still cached)
     assert pool.num_free_blocks == 3  # cached blocks do not reduce capacity
-    assert pool.cached == {111: 1, 222: 2, 333: 3}
+    assert pool.cached_blocks() == {111: 1, 222: 2, 333: 3}
     assert pool.get_new_blocks(1) == [1]  # the oldest free block is evicted first
-    assert pool.cached == {222: 2, 333: 3}
-    assert pool.eviction_log == [1]
+    assert pool.cached_blocks() == {222: 2, 333: 3}
+    assert pool.num_evictions == 1
 
 
 def test_touching_a_free_cached_block_takes_it_out_of_the_queue_only() -> None:
@@ -57,13 +57,33 @@ def test_touching_a_free_cached_block_takes_it_out_of_the_queue_only() -> None:
     assert pool.get_new_blocks(2) == [1, 3]  # the dead queue entry of block 2 is skipped
 
 
+def test_a_block_touched_and_freed_again_is_taken_from_its_new_place_only() -> None:
+    pool = BlockPool(5)
+    pool.free_blocks(pool.get_new_blocks(4))  # queue: 1, 2, 3, 4
+    for _ in range(2):  # 2 leaves on a hit and comes back at the end, twice
+        pool.touch([2])
+        pool.free_blocks([2])
+    assert pool.free_block_ids() == [1, 3, 4, 2]
+    assert pool.get_new_blocks(4) == [1, 3, 4, 2]
+    assert pool.num_free_blocks == 0
+
+
+def test_piled_up_dead_entries_are_dropped_without_changing_the_order() -> None:
+    pool = BlockPool(4001)
+    pool.free_blocks(pool.get_new_blocks(4000))
+    pool.touch(range(1, 3001))  # 3,000 dead entries against 1,000 free blocks
+    assert len(pool.queue) - pool.head == 1000  # compacted
+    pool.free_blocks([5, 7])
+    assert pool.get_new_blocks(1002) == [*range(3001, 4001), 5, 7]
+
+
 def test_the_first_block_registered_under_a_hash_keeps_it() -> None:
     pool = BlockPool(4)
     first, second = pool.get_new_blocks(2)
     pool.cache_block(first, 7)
     pool.cache_block(second, 7)
-    assert pool.cached == {7: first}
-    assert pool.block_hash[second] is None
+    assert pool.cached_blocks() == {7: first}
+    assert pool.block_hash[second] == NO_HASH
 
 
 def test_a_pool_needs_a_usable_block() -> None:

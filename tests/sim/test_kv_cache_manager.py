@@ -92,7 +92,7 @@ def test_a_memoised_lookup_is_cut_where_a_hit_block_was_evicted() -> None:
 
 def manager_walk(kv: KVCacheManager, r) -> list[int]:  # type: ignore[no-untyped-def]
     """The lookup without the memo: walk the hashes from the first block."""
-    r.lookup_log_pos = -1
+    r.lookup_num_evictions = -1
     return kv.get_computed_blocks(r)
 
 
@@ -100,4 +100,4 @@ def test_without_prefix_caching_nothing_is_shared_or_registered() -> None:
     kv = manager(16, caching=False)
     admit(kv, request(1, [(7, 8), (100, 3)]))
     assert kv.get_computed_blocks(request(2, [(7, 8), (200, 5)])) == []
-    assert kv.pool.cached == {}
+    assert kv.pool.cached_blocks() == {}

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from kvwise.sim.request import Request
+from kvwise.sim.request import ContentIds, Request
 from tests.sim.factories import request
 
 BLOCK = 4
+CONTENT = ContentIds()  # one table for the whole module, as for one simulated run
 
 
 def hashes(r: Request, num_blocks: int) -> list[int]:
-    r.ensure_block_hashes(num_blocks, BLOCK)
+    r.ensure_block_hashes(num_blocks, BLOCK, CONTENT)
     return r.block_hashes[:num_blocks]
 
 

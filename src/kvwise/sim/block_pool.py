@@ -8,10 +8,15 @@ Follows vLLM V1's `BlockPool` (`vllm/v1/core/block_pool.py`):
 - a cache hit on a free block removes it from the queue ("touch").
 
 The queue is a list of block ids read from `head` on, so that blocks are taken and returned in
-runs by slicing and extending (vLLM uses a doubly linked list). Entries have absolute positions
-(`base` + index). A touch removes a block in O(1) by marking its entry's position dead (a heap of
-dead positions, skipped when taking). Only cached blocks can be touched, so only their queue
-position is recorded when freed (`queued_at`).
+runs by slicing and extending (vLLM uses a doubly linked list). A touch leaves the block's entry
+in place, dead, and counts it (`dead_entries[b]`); entries are skipped when taken while their
+block has dead ones counted. This is exact because only a block's newest entry can be live: a
+touch kills the newest one (the block was free), and a block re-enters the queue only at the end.
+So the dead entries of a block are always its oldest ones, the first ones reached from the front.
+
+Block hashes are the dense content ids of `request.ContentIds` (1, 2, ...), so the prefix-cache
+map is a list indexed by id: `cached[h]` is the block registered under `h`, or NULL_BLOCK (0,
+never handed out) when there is none; `block_hash[b]` is 0 while block `b` has none.
 
 Invariants the fast paths rely on: a block has a hash exactly while the prefix-cache map names
 it (`cached[block_hash[b]] == b`); a block without a hash is held by one request at most (only a
@@ -24,37 +29,35 @@ later lookups. Only concurrent duplicate prefills are affected.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from kvwise.sim.request import Request
 
-NULL_BLOCK = 0
-TRIM_ABOVE = 4096  # consumed queue entries dropped once there are this many (and over half)
+NULL_BLOCK: Final = 0
+NO_HASH: Final = 0  # block_hash of a block outside the prefix cache (content ids start at 1)
+TRIM_ABOVE: Final = 4096  # consumed queue entries dropped once there are this many (and over half)
 
 
-def gather(values: list[Any], indices: list[int]) -> tuple[Any, ...]:
-    """values[i] for each i in indices, in one C-level call."""
-    if len(indices) > 1:
-        return itemgetter(*indices)(values)
-    return (values[indices[0]],) if indices else ()
+def gather(values: list[Any], indices: list[int]) -> list[Any]:
+    """values[i] for each i in indices (typed Any, so that compiled code copies references
+    instead of unboxing and re-boxing the ints)."""
+    return [values[i] for i in indices]
 
 
 class BlockPool:
     __slots__ = (
-        "base",
         "block_hash",
         "cached",
-        "dead",
-        "eviction_log",
+        "dead_entries",
         "head",
         "num_blocks",
+        "num_cached",
+        "num_dead",
+        "num_evictions",
         "num_free_blocks",
         "queue",
-        "queued_at",
         "ref_cnt",
     )
 
@@ -65,15 +68,15 @@ class BlockPool:
             )
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
-        self.block_hash: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # block hash -> block id
-        self.eviction_log: list[int] = []  # blocks whose cached hash was dropped, in order
-        # free queue: queue[head:], front first; queue[i] sits at absolute position base + i
+        self.block_hash = [NO_HASH] * num_blocks
+        self.cached: list[int] = []  # block hash (content id) -> block id, NULL_BLOCK if none
+        self.num_cached = 0
+        self.num_evictions = 0  # cached hashes dropped so far (lookup memos check it)
+        # free queue: queue[head:], front first, with dead entries (touched blocks) among them
         self.queue = list(range(1, num_blocks))
         self.head = 0
-        self.base = 0
-        self.queued_at = [0, *range(num_blocks - 1)]  # position of a freed block's entry
-        self.dead: list[int] = []  # min-heap: positions of entries whose block was touched
+        self.dead_entries = [0] * num_blocks  # a block's dead entries in the queue
+        self.num_dead = 0  # dead entries in the queue, all blocks
         self.num_free_blocks = num_blocks - 1
 
     @property
@@ -81,27 +84,51 @@ class BlockPool:
         """vLLM's KV-cache usage: 1 - free / usable (cached free blocks count as free)."""
         return 1.0 - self.num_free_blocks / (self.num_blocks - 1)
 
+    def cached_blocks(self) -> dict[int, int]:
+        """The prefix-cache map, block hash -> block id."""
+        return {h: b for h, b in enumerate(self.cached) if b != NULL_BLOCK}
+
+    def reserve_hashes(self, num_hashes: int) -> None:
+        """Room in the prefix-cache map for content ids up to `num_hashes`."""
+        missing = num_hashes + 1 - len(self.cached)
+        if missing > 0:
+            self.cached += [NULL_BLOCK] * max(missing, len(self.cached))
+
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next to be taken) first."""
-        dead = set(self.dead)
-        start = self.base + self.head
-        return [b for p, b in enumerate(self.queue[self.head :], start) if p not in dead]
+        dead = list(self.dead_entries)
+        live: list[int] = []
+        for block_id in self.queue[self.head :]:
+            if dead[block_id]:
+                dead[block_id] -= 1
+            else:
+                live.append(block_id)
+        return live
 
     def _pop_front(self, count: int) -> list[int]:
         """The first `count` live queue entries, removed (the caller checks the free count)."""
-        queue, dead, base = self.queue, self.dead, self.base
-        index, stop = self.head, self.head + count
-        if dead and dead[0] - base < stop:  # skip the dead entries among them
-            taken: list[int] = []
-            while dead and dead[0] - base < stop:
-                position = heapq.heappop(dead) - base
-                taken += queue[index:position]
-                index, stop = position + 1, stop + 1
-            taken += queue[index:stop]
+        queue, head = self.queue, self.head
+        taken = queue[head : head + count]
+        if self.num_dead and any(gather(self.dead_entries, taken)):
+            taken = self._pop_front_skipping_dead(count)
         else:
-            taken = queue[index:stop]
-        self.head = stop
+            self.head = head + count
         self.num_free_blocks -= count
+        return taken
+
+    def _pop_front_skipping_dead(self, count: int) -> list[int]:
+        queue, dead = self.queue, self.dead_entries
+        taken: list[int] = []
+        index = self.head
+        while len(taken) < count:
+            block_id = queue[index]
+            index += 1
+            if dead[block_id]:  # one of its oldest entries: dead
+                dead[block_id] -= 1
+                self.num_dead -= 1
+            else:
+                taken.append(block_id)
+        self.head = index
         return taken
 
     def _trim(self) -> None:
@@ -109,31 +136,25 @@ class BlockPool:
         head = self.head
         if head > TRIM_ABOVE and 2 * head > len(self.queue):
             del self.queue[:head]
-            self.base, self.head = self.base + head, 0
+            self.head = 0
 
     def _claim(self, block_ids: list[int]) -> None:
         """Blocks taken from the queue: their cached hashes are evicted, one reference each."""
-        ref_cnt, block_hash, cached = self.ref_cnt, self.block_hash, self.cached
-        old_hashes = gather(block_hash, block_ids) if cached else ()
-        if not cached or old_hashes.count(None) == len(block_ids):  # nothing to evict
-            for block_id in block_ids:
-                ref_cnt[block_id] = 1
-            return
-        if None not in old_hashes:  # all of them cached (blocks of finished requests, LRU first)
-            for old_hash in old_hashes:
-                del cached[old_hash]
-            for block_id in block_ids:
-                ref_cnt[block_id] = 1
-                block_hash[block_id] = None
-            self.eviction_log += block_ids
-            return
-        log = self.eviction_log
-        for block_id, old_hash in zip(block_ids, old_hashes, strict=True):
-            if old_hash is not None:
-                del cached[old_hash]
-                block_hash[block_id] = None
-                log.append(block_id)
+        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        old_hashes: list[int] = gather(block_hash, block_ids) if self.num_cached else []
+        for block_id in block_ids:
             ref_cnt[block_id] = 1
+        if not any(old_hashes):  # nothing to evict
+            return
+        cached = self.cached
+        num_evicted = 0
+        for block_id, old_hash in zip(block_ids, old_hashes, strict=True):
+            if old_hash != NO_HASH:
+                cached[old_hash] = NULL_BLOCK
+                block_hash[block_id] = NO_HASH
+                num_evicted += 1
+        self.num_cached -= num_evicted
+        self.num_evictions += num_evicted
 
     def get_new_blocks(self, count: int) -> list[int]:
         """Take `count` blocks from the front of the free queue, evicting their cached hashes."""
@@ -145,14 +166,14 @@ class BlockPool:
     def grant_blocks(self, requests: list[Request]) -> None:
         """One block from the front of the free queue to each request, in order (the caller
         checks that there are enough)."""
-        count, head, dead = len(requests), self.head, self.dead
-        if self.cached or (dead and dead[0] - self.base < head + count):
+        count, head = len(requests), self.head
+        if self.num_cached or self.num_dead:
             taken = self._pop_front(count)
             self._claim(taken)
             for request, block_id in zip(requests, taken, strict=True):
                 request.block_ids.append(block_id)
             return
-        # no hash to evict and no dead entry among them: one slice (the usual decode step)
+        # no hash to evict and no dead entry: one slice (the usual decode step)
         ref_cnt = self.ref_cnt
         for request, block_id in zip(requests, self.queue[head : head + count], strict=True):
             ref_cnt[block_id] = 1
@@ -168,30 +189,29 @@ class BlockPool:
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks; free ones leave the free queue."""
-        ref_cnt, queued_at, dead = self.ref_cnt, self.queued_at, self.dead
+        ref_cnt, dead = self.ref_cnt, self.dead_entries
         for block_id in block_ids:
-            if ref_cnt[block_id] == 0:
-                heapq.heappush(dead, queued_at[block_id])  # its queue entry is now dead
+            if ref_cnt[block_id] == 0:  # its newest queue entry is now dead
+                dead[block_id] += 1
+                self.num_dead += 1
                 self.num_free_blocks -= 1
             ref_cnt[block_id] += 1
-        if len(dead) > self.num_free_blocks + 1024:
+        if self.num_dead > self.num_free_blocks + 1024:
             self._compact()
 
     def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
         self._trim()
         block_ids = list(ordered_block_ids)
-        ref_cnt, queued_at, queue = self.ref_cnt, self.queued_at, self.queue
-        start = position = self.base + len(queue)
+        ref_cnt, queue = self.ref_cnt, self.queue
         refs = gather(ref_cnt, block_ids)
         num_joining = refs.count(1)
         if refs[:num_joining].count(1) == num_joining:
             # the blocks nobody else holds come first (a shared prefix, freed last, stays
             # held): they join as one run, the others lose a reference
             joining = block_ids[:num_joining]
-            for entry_position, block_id in enumerate(joining, start):
+            for block_id in joining:
                 ref_cnt[block_id] = 0
-                queued_at[block_id] = entry_position
             for block_id in block_ids[num_joining:]:
                 ref_cnt[block_id] -= 1
             queue += joining
@@ -200,15 +220,12 @@ class BlockPool:
         for block_id in block_ids:
             ref_cnt[block_id] -= 1
             if ref_cnt[block_id] == 0:
-                queued_at[block_id] = position
                 queue.append(block_id)
-                position += 1
-        self.num_free_blocks += position - start
+                self.num_free_blocks += 1
 
     def free_private_blocks(self, ordered_block_ids: list[int]) -> None:
         """`free_blocks` for blocks that one request holds and that have no hash (never
-        registered in the prefix cache): all of them join the queue, as one run. Their queue
-        positions are not recorded: only cached blocks can be touched."""
+        registered in the prefix cache): all of them join the queue, as one run."""
         self._trim()
         ref_cnt = self.ref_cnt
         for block_id in ordered_block_ids:
@@ -218,19 +235,18 @@ class BlockPool:
 
     def _compact(self) -> None:
         """Drop the dead entries (many touches and few takes leave them piling up)."""
-        dead = set(self.dead)
-        start = self.base + self.head
-        self.queue = [b for p, b in enumerate(self.queue[self.head :], start) if p not in dead]
-        self.head, self.base, self.dead = 0, 0, []
-        queued_at = self.queued_at
-        for position, block_id in enumerate(self.queue):
-            queued_at[block_id] = position
+        self.queue = self.free_block_ids()
+        self.head, self.num_dead = 0, 0
+        self.dead_entries = [0] * self.num_blocks
 
     def cache_block(self, block_id: int, block_hash: int) -> None:
-        if self.block_hash[block_id] is not None or block_hash in self.cached:
+        """Register a full block under its hash; the first block registered under one keeps it."""
+        self.reserve_hashes(block_hash)
+        if self.block_hash[block_id] != NO_HASH or self.cached[block_hash] != NULL_BLOCK:
             return
         self.block_hash[block_id] = block_hash
         self.cached[block_hash] = block_id
+        self.num_cached += 1
 
     def num_evictable(self, block_ids: list[int]) -> int:
         """How many of these (cache-hit) blocks sit in the free queue: touching them uses it up."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from kvwise.sim import pure_decode
 from kvwise.sim.arrivals import ArrivalQueue
@@ -29,7 +30,7 @@ from kvwise.sim.request import Request, Status
 from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvwise.sim.steptime import StepWeights
 
-MAX_SAMPLES = 2000  # time-series points kept (older ones are thinned by halves)
+MAX_SAMPLES: Final = 2000  # time-series points kept (older ones are thinned by halves)
 
 
 @dataclass(frozen=True)

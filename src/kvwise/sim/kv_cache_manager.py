@@ -11,29 +11,41 @@ only when it is preempted: no lookup could find them before, so nothing observab
 
 from __future__ import annotations
 
-from functools import partial
-from itertools import takewhile
-from operator import is_not
-from typing import cast
+from typing import Any
 
-from kvwise.sim.block_pool import BlockPool
-from kvwise.sim.request import Request
-
-IS_BLOCK = partial(is_not, None)  # a lookup result that names a block
+from kvwise.sim.block_pool import NO_HASH, NULL_BLOCK, BlockPool, gather
+from kvwise.sim.request import ContentIds, Request
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _truncate(hits: list[int], index_of: dict[int, int], length: int) -> None:
-    for block_id in hits[length:]:
-        del index_of[block_id]
-    del hits[length:]
+# The two loops below read the pool's lists as list[Any]: compiled, they then move block ids
+# as references instead of unboxing and re-boxing them (most ids are above CPython's small ints).
+
+
+def _cached_run(cached: list[Any], hashes: list[int], start: int, stop: int) -> list[Any]:
+    """The blocks cached under hashes[start:stop], up to the first miss (NULL_BLOCK)."""
+    found: list[Any] = []
+    for index in range(start, stop):
+        block_id = cached[hashes[index]]
+        if not block_id:
+            break
+        found.append(block_id)
+    return found
+
+
+def _num_still_cached(cached: list[Any], hashes: list[int], hits: list[Any]) -> int:
+    """How many of a memoised lookup's leading hits are still cached under their hash."""
+    for index, block_id in enumerate(hits):
+        if cached[hashes[index]] != block_id:
+            return index
+    return len(hits)
 
 
 class KVCacheManager:
-    __slots__ = ("block_size", "enable_prefix_caching", "max_model_len", "pool")
+    __slots__ = ("block_size", "content", "enable_prefix_caching", "max_model_len", "pool")
 
     def __init__(
         self,
@@ -47,6 +59,13 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.max_model_len = max_model_len
+        self.content = ContentIds()  # the block hashes of this run's requests
+
+    def ensure_block_hashes(self, request: Request, num_blocks: int) -> None:
+        """The request's block hashes up to `num_blocks`, with room for them in the cache map."""
+        if len(request.block_hashes) < num_blocks:
+            request.ensure_block_hashes(num_blocks, self.block_size, self.content)
+            self.pool.reserve_hashes(len(self.content))
 
     @property
     def usage(self) -> float:
@@ -60,42 +79,24 @@ class KVCacheManager:
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Cached blocks for the request's longest cached prefix (at most num_tokens - 1 tokens).
 
-        A blocked queue head is looked up at every step; the previous answer is reused while
-        none of its blocks has been evicted since, and only extended (the same result as a
-        fresh walk from the first block).
+        A blocked queue head is looked up at every step; the previous answer is reused, cut at
+        its first block evicted since, and extended (the same result as a fresh walk).
         """
         if not self.looks_up(request):
             return []
-        block_size, pool = self.block_size, self.pool
-        max_blocks = (request.num_tokens - 1) // block_size
-        hits = self._still_valid_hits(request)
-        index_of = request.lookup_index
-        if len(hits) > max_blocks:
-            _truncate(hits, index_of, max_blocks)
-        start = len(hits)
-        if start < max_blocks:
-            if len(request.block_hashes) < max_blocks:
-                request.ensure_block_hashes(max_blocks, block_size)
-            # the cached blocks of the next hashes, up to the first miss
-            candidates = map(pool.cached.get, request.block_hashes[start:max_blocks])
-            found = cast("list[int]", list(takewhile(IS_BLOCK, candidates)))
-            hits += found
-            index_of.update(zip(found, range(start, start + len(found)), strict=True))
-        request.lookup_log_pos = len(pool.eviction_log)
+        pool = self.pool
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hits = request.lookup_hits
+        if request.lookup_num_evictions < 0:
+            hits.clear()
+        elif request.lookup_num_evictions < pool.num_evictions:
+            del hits[_num_still_cached(pool.cached, request.block_hashes, hits) :]
+        del hits[max_blocks:]
+        if len(hits) < max_blocks:
+            self.ensure_block_hashes(request, max_blocks)
+            hits += _cached_run(pool.cached, request.block_hashes, len(hits), max_blocks)
+        request.lookup_num_evictions = pool.num_evictions
         return list(hits)
-
-    def _still_valid_hits(self, request: Request) -> list[int]:
-        """The memoised hits, cut at the first one evicted since the memo was taken."""
-        if request.lookup_log_pos < 0:
-            request.lookup_hits, request.lookup_index = [], {}
-            return request.lookup_hits
-        hits, index_of = request.lookup_hits, request.lookup_index
-        log = self.pool.eviction_log
-        if hits and len(log) > request.lookup_log_pos:
-            evicted = log[request.lookup_log_pos :]
-            cut = min((index_of[b] for b in evicted if b in index_of), default=len(hits))
-            _truncate(hits, index_of, cut)
-        return hits
 
     def blocks_needed(
         self,
@@ -157,25 +158,25 @@ class KVCacheManager:
         start = request.num_cached_blocks
         if num_full <= start:
             return
-        request.ensure_block_hashes(num_full, self.block_size)
+        self.ensure_block_hashes(request, num_full)
         new_hashes = request.block_hashes[start:num_full]
         new_ids = request.block_ids[start:num_full]  # past num_cached_blocks: no hash yet
-        block_hash, cached = self.pool.block_hash, self.pool.cached
+        pool = self.pool
+        block_hash, cached = pool.block_hash, pool.cached
         request.num_cached_blocks = num_full
-        if cached.keys().isdisjoint(new_hashes):  # the usual case: all of them register
-            num_cached = len(cached)
-            cached.update(zip(new_hashes, new_ids, strict=True))
-            if len(cached) - num_cached == len(new_ids):  # (no hash repeated among them)
-                for block_id, value in zip(new_ids, new_hashes, strict=True):
-                    block_hash[block_id] = value
-                return
-            for value in new_hashes:
-                del cached[value]
-        for block_id, value in zip(new_ids, new_hashes, strict=True):
-            # BlockPool.cache_block, inlined: first registration of a hash wins
-            if block_hash[block_id] is None and value not in cached:
+        if not any(gather(cached, new_hashes)):  # the usual case: all of them register
+            # (a chain never repeats an id: each one names its parent, back to the root)
+            for block_id, value in zip(new_ids, new_hashes, strict=True):
                 block_hash[block_id] = value
                 cached[value] = block_id
+            pool.num_cached += len(new_ids)
+            return
+        for block_id, value in zip(new_ids, new_hashes, strict=True):
+            # BlockPool.cache_block, inlined: first registration of a hash wins
+            if block_hash[block_id] == NO_HASH and cached[value] == NULL_BLOCK:
+                block_hash[block_id] = value
+                cached[value] = block_id
+                pool.num_cached += 1
 
     def append_block(self, request: Request) -> bool:
         """A decoding request's next block, without touching the prefix cache (the caller
@@ -200,4 +201,4 @@ class KVCacheManager:
             self.pool.free_blocks(reversed(block_ids[:num_cached]))
         request.block_ids = []
         request.num_cached_blocks = 0
-        request.lookup_log_pos = -1
+        request.lookup_num_evictions = -1

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 from array import array
+from typing import Final
 
-ITL_BINS_PER_E = 1000  # ITL histogram resolution: bins 0.1 % wide (key = int(ln(gap) * 1000))
+ITL_BINS_PER_E: Final = (
+    1000  # ITL histogram resolution: bins 0.1 % wide (key = int(ln(gap) * 1000))
+)
 
 
 class StepLog:
@@ -26,7 +29,7 @@ class StepLog:
         self.reqs.append(reqs)
 
 
-NEXT_BIN = math.exp(1 / ITL_BINS_PER_E)  # ratio of consecutive bin edges
+NEXT_BIN: Final = math.exp(1 / ITL_BINS_PER_E)  # ratio of consecutive bin edges
 
 
 class ItlBin:

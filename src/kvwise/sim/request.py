@@ -5,15 +5,32 @@ Tokens are never materialised one by one. A request's sequence is a list of *seg
 user turn, a tool output, a model answer). Two requests share a block's content exactly when the
 block covers the same pieces of the same segments after the same chain of earlier blocks, which
 is what vLLM's prefix cache checks with its chained hash of full blocks.
+
+Where vLLM hashes that chain, the simulator numbers it: `ContentIds` gives each distinct
+(parent, pieces) key the next small integer, so that equal contents get equal ids (exactly, no
+collisions) and the pool can keep its prefix-cache map in a list indexed by id.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 Segment = tuple[int, int]  # (seg_id, num_tokens)
 
-ROOT_HASH = 0  # parent hash of a sequence's first block (vLLM: NONE_HASH)
+ROOT_HASH: Final = 0  # parent of a sequence's first block (vLLM: NONE_HASH); block ids start at 1
+
+
+class ContentIds:
+    """Block contents numbered 1, 2, ... in order of first sight; one table per simulated run."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[int, object, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class Status(IntEnum):
@@ -42,8 +59,7 @@ class Request:
         "last_step",
         "last_token_s",
         "lookup_hits",
-        "lookup_index",
-        "lookup_log_pos",
+        "lookup_num_evictions",
         "max_tokens",
         "num_cached_blocks",
         "num_cached_tokens",
@@ -107,11 +123,10 @@ class Request:
         self.first_token_step = 0
         self.last_step = 0  # the step that produced its last token so far
         self.running_seq = 0  # admission order: position key in the running list
-        # memo of the last prefix-cache lookup: the hit blocks, valid while none of them has
-        # been evicted since position `lookup_log_pos` of the pool's eviction log
+        # memo of the last prefix-cache lookup: the hit blocks, and the pool's eviction count
+        # then (-1: no memo); while the count is unchanged, every hit is still cached
         self.lookup_hits: list[int] = []
-        self.lookup_index: dict[int, int] = {}  # block id -> position in lookup_hits
-        self.lookup_log_pos = -1
+        self.lookup_num_evictions = -1
         self.synced_step = 0  # decode cohort: step at which the counters above were exact
 
     @property
@@ -132,12 +147,13 @@ class Request:
         self.block_hashes = list(previous.block_hashes)
         self.hash_seg, self.hash_off = previous.hash_seg, previous.hash_off
 
-    def ensure_block_hashes(self, num_blocks: int, block_size: int) -> None:
-        """Hash full blocks up to `num_blocks`, lazily, chaining each on its parent.
+    def ensure_block_hashes(self, num_blocks: int, block_size: int, content: ContentIds) -> None:
+        """Name full blocks up to `num_blocks`, lazily, chaining each on its parent.
 
-        A block inside one segment hashes (parent, seg_id, offset); a block across segments
-        hashes (parent, its pieces). Runs of blocks inside one segment are hashed in one loop.
+        A block inside one segment is (parent, seg_id, offset); a block across segments is
+        (parent, its pieces, -1). Runs of blocks inside one segment are named in one loop.
         """
+        ids = content.ids
         hashes = self.block_hashes
         missing = num_blocks - len(hashes)
         parent = hashes[-1] if hashes else ROOT_HASH
@@ -150,18 +166,19 @@ class Request:
             run = min(missing, (length - offset) // block_size)
             if run:
                 for _ in range(run):
-                    parent = hash((parent, seg_id, offset))
+                    parent = ids.setdefault((parent, seg_id, offset), len(ids) + 1)
                     hashes.append(parent)
                     offset += block_size
                 self.hash_seg, self.hash_off = seg_index, offset
                 missing -= run
             else:
                 self.hash_seg, self.hash_off = seg_index, offset
-                parent = self._spanning_block_hash(parent, block_size)
+                pieces = self._spanning_block(block_size)
+                parent = ids.setdefault((parent, pieces, -1), len(ids) + 1)
                 hashes.append(parent)
                 missing -= 1
 
-    def _spanning_block_hash(self, parent: int, block_size: int) -> int:
+    def _spanning_block(self, block_size: int) -> tuple[tuple[int, int, int], ...]:
         """The next block, which starts at the cursor and runs into later segments."""
         seg_index, offset = self.hash_seg, self.hash_off
         pieces: list[tuple[int, int, int]] = []
@@ -176,7 +193,7 @@ class Request:
             need -= take
             offset += take
         self.hash_seg, self.hash_off = seg_index, offset
-        return hash((parent, tuple(pieces)))
+        return tuple(pieces)
 
     def __repr__(self) -> str:
         return (
