@@ -19,7 +19,7 @@ def test_blocks_come_from_the_front_and_the_null_block_never_does() -> None:
 def test_freed_blocks_join_the_end_in_the_order_given() -> None:
     pool = BlockPool(6)
     taken = pool.get_new_blocks(3)
-    pool.free_blocks(reversed(taken))
+    pool.free_blocks(taken[::-1])
     assert pool.free_block_ids() == [4, 5, 3, 2, 1]
     assert pool.ref_cnt[1:4] == [0, 0, 0]
 
@@ -71,7 +71,7 @@ def test_a_block_touched_and_freed_again_is_taken_from_its_new_place_only() -> N
 def test_piled_up_dead_entries_are_dropped_without_changing_the_order() -> None:
     pool = BlockPool(4001)
     pool.free_blocks(pool.get_new_blocks(4000))
-    pool.touch(range(1, 3001))  # 3,000 dead entries against 1,000 free blocks
+    pool.touch(list(range(1, 3001)))  # 3,000 dead entries against 1,000 free blocks
     assert len(pool.queue) - pool.head == 1000  # compacted
     pool.free_blocks([5, 7])
     assert pool.get_new_blocks(1002) == [*range(3001, 4001), 5, 7]

@@ -29,7 +29,6 @@ later lookups. Only concurrent duplicate prefills are affected.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -140,15 +139,14 @@ class BlockPool:
 
     def _claim(self, block_ids: list[int]) -> None:
         """Blocks taken from the queue: their cached hashes are evicted, one reference each."""
-        ref_cnt, block_hash = self.ref_cnt, self.block_hash
-        old_hashes: list[int] = gather(block_hash, block_ids) if self.num_cached else []
+        ref_cnt, block_hash, cached = self.ref_cnt, self.block_hash, self.cached
         for block_id in block_ids:
             ref_cnt[block_id] = 1
-        if not any(old_hashes):  # nothing to evict
+        if not self.num_cached:
             return
-        cached = self.cached
         num_evicted = 0
-        for block_id, old_hash in zip(block_ids, old_hashes, strict=True):
+        for block_id in block_ids:
+            old_hash = block_hash[block_id]
             if old_hash != NO_HASH:
                 cached[old_hash] = NULL_BLOCK
                 block_hash[block_id] = NO_HASH
@@ -187,7 +185,7 @@ class BlockPool:
             return None
         return self.get_new_blocks(1)[0]
 
-    def touch(self, block_ids: Iterable[int]) -> None:
+    def touch(self, block_ids: list[int]) -> None:
         """Take a reference on cache-hit blocks; free ones leave the free queue."""
         ref_cnt, dead = self.ref_cnt, self.dead_entries
         for block_id in block_ids:
@@ -199,29 +197,26 @@ class BlockPool:
         if self.num_dead > self.num_free_blocks + 1024:
             self._compact()
 
-    def free_blocks(self, ordered_block_ids: Iterable[int]) -> None:
+    def free_blocks(self, ordered_block_ids: list[int]) -> None:
         """Drop a reference; blocks that reach zero join the END of the free queue, in order."""
         self._trim()
-        block_ids = list(ordered_block_ids)
         ref_cnt, queue = self.ref_cnt, self.queue
-        refs = gather(ref_cnt, block_ids)
-        num_joining = refs.count(1)
-        if refs[:num_joining].count(1) == num_joining:
-            # the blocks nobody else holds come first (a shared prefix, freed last, stays
-            # held): they join as one run, the others lose a reference
-            joining = block_ids[:num_joining]
-            for block_id in joining:
-                ref_cnt[block_id] = 0
-            for block_id in block_ids[num_joining:]:
-                ref_cnt[block_id] -= 1
-            queue += joining
-            self.num_free_blocks += num_joining
-            return
-        for block_id in block_ids:
+        # the blocks nobody else holds usually come first (a shared prefix, freed last, stays
+        # held): they join as one run
+        num_joining = 0
+        for block_id in ordered_block_ids:
+            if ref_cnt[block_id] != 1:
+                break
+            ref_cnt[block_id] = 0
+            num_joining += 1
+        queue += ordered_block_ids[:num_joining]
+        for index in range(num_joining, len(ordered_block_ids)):
+            block_id = ordered_block_ids[index]
             ref_cnt[block_id] -= 1
             if ref_cnt[block_id] == 0:
                 queue.append(block_id)
-                self.num_free_blocks += 1
+                num_joining += 1
+        self.num_free_blocks += num_joining
 
     def free_private_blocks(self, ordered_block_ids: list[int]) -> None:
         """`free_blocks` for blocks that one request holds and that have no hash (never
@@ -250,4 +245,21 @@ class BlockPool:
 
     def num_evictable(self, block_ids: list[int]) -> int:
         """How many of these (cache-hit) blocks sit in the free queue: touching them uses it up."""
-        return gather(self.ref_cnt, block_ids).count(0)
+        ref_cnt = self.ref_cnt
+        count = 0
+        for block_id in block_ids:
+            if ref_cnt[block_id] == 0:
+                count += 1
+        return count
+
+    def register(self, block_ids: list[int], block_hashes: list[int]) -> None:
+        """Cache full blocks under their hashes (none of which is cached yet)."""
+        # the same lists typed Any: compiled, the ids move as references, without re-boxing
+        ids_ref: list[Any] = block_ids
+        hashes_ref: list[Any] = block_hashes
+        block_hash: list[Any] = self.block_hash
+        cached: list[Any] = self.cached
+        for index in range(len(block_ids)):
+            block_hash[block_ids[index]] = hashes_ref[index]
+            cached[block_hashes[index]] = ids_ref[index]
+        self.num_cached += len(block_ids)

@@ -166,10 +166,7 @@ class KVCacheManager:
         request.num_cached_blocks = num_full
         if not any(gather(cached, new_hashes)):  # the usual case: all of them register
             # (a chain never repeats an id: each one names its parent, back to the root)
-            for block_id, value in zip(new_ids, new_hashes, strict=True):
-                block_hash[block_id] = value
-                cached[value] = block_id
-            pool.num_cached += len(new_ids)
+            pool.register(new_ids, new_hashes)
             return
         for block_id, value in zip(new_ids, new_hashes, strict=True):
             # BlockPool.cache_block, inlined: first registration of a hash wins
@@ -198,7 +195,9 @@ class KVCacheManager:
         private.reverse()
         self.pool.free_private_blocks(private)
         if num_cached:
-            self.pool.free_blocks(reversed(block_ids[:num_cached]))
+            shared = block_ids[:num_cached]
+            shared.reverse()
+            self.pool.free_blocks(shared)
         request.block_ids = []
         request.num_cached_blocks = 0
         request.lookup_num_evictions = -1
