@@ -168,16 +168,16 @@ class BlockPool:
         if self.num_cached or self.num_dead:
             taken = self._pop_front(count)
             self._claim(taken)
-            for request, block_id in zip(requests, taken, strict=True):
-                request.block_ids.append(block_id)
-            return
-        # no hash to evict and no dead entry: one slice (the usual decode step)
-        ref_cnt = self.ref_cnt
-        for request, block_id in zip(requests, self.queue[head : head + count], strict=True):
-            ref_cnt[block_id] = 1
-            request.block_ids.append(block_id)
-        self.head = head + count
-        self.num_free_blocks -= count
+        else:  # no hash to evict and no dead entry: one slice (the usual decode step)
+            taken = self.queue[head : head + count]
+            ref_cnt = self.ref_cnt
+            for block_id in taken:
+                ref_cnt[block_id] = 1
+            self.head = head + count
+            self.num_free_blocks -= count
+        taken_ref: list[Any] = taken  # (ids moved as references, see `register`)
+        for index in range(count):
+            requests[index].block_ids.append(taken_ref[index])
 
     def get_new_block(self) -> int | None:
         """One block from the front of the free queue (None when it is empty)."""

@@ -219,8 +219,9 @@ class Scheduler:
 
     @staticmethod
     def advance_computed(plan: StepPlan) -> None:
-        for request, num_new in zip(plan.scheduled, plan.scheduled_tokens, strict=False):
-            request.num_computed_tokens += num_new
+        scheduled_tokens = plan.scheduled_tokens
+        for index, request in enumerate(plan.scheduled):
+            request.num_computed_tokens += scheduled_tokens[index]
 
     # -- after the step ------------------------------------------------------------------
 
