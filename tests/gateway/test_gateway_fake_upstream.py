@@ -136,6 +136,22 @@ def test_metrics_show_queue_budget_latency_and_token_timing() -> None:
         assert line in text.splitlines()
 
 
+def test_a_closing_usage_chunk_does_not_count_as_a_token() -> None:
+    """vLLM's `include_usage` chunk carries no token: the TPOT spreads over the tokens only."""
+    with (
+        fake_upstreams(Behaviour(ttft_s=0.01, itl_s=0.05)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+        body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        response = httpx.post(f"{gw.url}/v1/chat/completions", json=body)
+        assert '"choices":[]' in response.text  # relayed to the client all the same
+        lines = httpx.get(f"{gw.url}/metrics").text.splitlines()
+    [tpot_sum] = [
+        float(line.split()[1]) for line in lines if line.startswith("kvwise_tpot_seconds_sum")
+    ]
+    assert 0.045 <= tpot_sum <= 0.08  # 4 gaps of 50 ms between 5 tokens; counted: 40 ms
+
+
 def test_with_every_replica_down_requests_get_503_until_one_is_back() -> None:
     """Failure injection (the fake upstream stops and restarts on its port)."""
     loop = LoopThread()

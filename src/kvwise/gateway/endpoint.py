@@ -289,6 +289,12 @@ class UpstreamStream:
         self.is_finished = True
 
 
+def _is_token_event(event: bytes) -> bool:
+    """An event that counts for the token timing metrics (past the first token, without
+    parsing it): a JSON chunk, but not the usage-only one that can close a stream."""
+    return event.startswith(b"data: {") and not sse.is_usage_only(event)
+
+
 class StreamRelay:
     """Relays events to the client as they complete; stores the turn before the final [DONE]."""
 
@@ -344,7 +350,7 @@ class StreamRelay:
             await self.exchange.send(
                 {"type": "http.response.body", "body": b"".join(events), "more_body": True}
             )
-            num_token_events = sum(1 for event in events if event.startswith(b"data: {"))
+            num_token_events = sum(1 for event in events if _is_token_event(event))
             if num_token_events:
                 self.num_token_events += num_token_events
                 self.last_token_s = now_s
@@ -361,7 +367,7 @@ class StreamRelay:
 
     def _observe_all(self, events: list[bytes], now_s: float) -> None:
         for event in events:
-            if event.startswith(b"data: {"):
+            if _is_token_event(event):
                 self._observe(event, now_s)
 
     def _record_overhead(self) -> None:

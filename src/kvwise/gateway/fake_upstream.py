@@ -128,7 +128,9 @@ class FakeUpstream:
             num_tokens = int(request.get("max_tokens") or 16)  # type: ignore[call-overload]
             is_chat = path.endswith("chat/completions")
             if request.get("stream"):
-                return await self._stream(writer, num_tokens, is_chat)
+                options = request.get("stream_options")
+                include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+                return await self._stream(writer, num_tokens, is_chat, include_usage)
             if self.behaviour.drop_after_tokens is not None:
                 writer.transport.abort()  # a crash before the response
                 return False
@@ -141,7 +143,9 @@ class FakeUpstream:
         finally:
             self.num_running -= 1
 
-    async def _stream(self, writer: asyncio.StreamWriter, num_tokens: int, is_chat: bool) -> bool:
+    async def _stream(
+        self, writer: asyncio.StreamWriter, num_tokens: int, is_chat: bool, include_usage: bool
+    ) -> bool:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
@@ -165,6 +169,8 @@ class FakeUpstream:
             finish = "length" if i == num_tokens - 1 else None
             _write_chunk(writer, _event(_token_chunk(i, is_chat, finish)))
             await writer.drain()
+        if include_usage:  # as vLLM: a last chunk with no choice, only the usage
+            _write_chunk(writer, _usage_event(num_tokens, is_chat))
         _write_chunk(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -182,14 +188,28 @@ def _token_chunk(i: int, is_chat: bool, finish: str | None) -> dict[str, object]
     }
 
 
+def _usage(num_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": 1, "completion_tokens": num_tokens, "total_tokens": num_tokens + 1}
+
+
+def _usage_event(num_tokens: int, is_chat: bool) -> bytes:
+    kind = "chat.completion.chunk" if is_chat else "text_completion"
+    payload = {"id": "fake", "object": kind, "choices": [], "usage": _usage(num_tokens)}
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
 def _whole(num_tokens: int, is_chat: bool) -> dict[str, object]:
     text = "".join(f"t{i} " for i in range(num_tokens))
     choice: dict[str, object] = {"index": 0, "finish_reason": "length"}
     choice.update(
         {"message": {"role": "assistant", "content": text}} if is_chat else {"text": text}
     )
-    usage = {"prompt_tokens": 1, "completion_tokens": num_tokens, "total_tokens": num_tokens + 1}
-    return {"id": "fake", "object": "chat.completion", "choices": [choice], "usage": usage}
+    return {
+        "id": "fake",
+        "object": "chat.completion",
+        "choices": [choice],
+        "usage": _usage(num_tokens),
+    }
 
 
 def _event(payload: dict[str, object]) -> bytes:

@@ -69,6 +69,12 @@ def carries_token(payload: dict[str, Any]) -> bool:
     return False
 
 
+def is_usage_only(event: bytes) -> bool:
+    """vLLM's closing chunk under `stream_options.include_usage`: no choice, so no token.
+    (vLLM writes compact JSON; the spaced form is what json.dumps writes by default.)"""
+    return b'"choices":[]' in event or b'"choices": []' in event
+
+
 def error_event(message: str, error_type: str = "upstream_error", code: int = 502) -> bytes:
     """What a stream that cannot go on ends with (the openai client raises it as APIError)."""
     body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
