@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvwise.sim.block_pool import NO_HASH, NULL_BLOCK, BlockPool, gather
+from kvwise.sim.block_pool import BlockPool, gather
 from kvwise.sim.request import ContentIds, Request
 
 
@@ -162,18 +162,13 @@ class KVCacheManager:
         new_hashes = request.block_hashes[start:num_full]
         new_ids = request.block_ids[start:num_full]  # past num_cached_blocks: no hash yet
         pool = self.pool
-        block_hash, cached = pool.block_hash, pool.cached
         request.num_cached_blocks = num_full
-        if not any(gather(cached, new_hashes)):  # the usual case: all of them register
+        if not any(gather(pool.cached, new_hashes)):  # the usual case: all of them register
             # (a chain never repeats an id: each one names its parent, back to the root)
             pool.register(new_ids, new_hashes)
             return
         for block_id, value in zip(new_ids, new_hashes, strict=True):
-            # BlockPool.cache_block, inlined: first registration of a hash wins
-            if block_hash[block_id] == NO_HASH and cached[value] == NULL_BLOCK:
-                block_hash[block_id] = value
-                cached[value] = block_id
-                pool.num_cached += 1
+            pool.cache_block(block_id, value)  # the first registration of a hash wins
 
     def append_block(self, request: Request) -> bool:
         """A decoding request's next block, without touching the prefix cache (the caller
