@@ -112,9 +112,20 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def close(self) -> None:
+        # as asyncio.run ends: tasks still serving a connection are cancelled and finish (their
+        # transports close), so nothing is left for the garbage collector to warn about later
+        self.run(_finish_other_tasks())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self.loop.close()
+
+
+async def _finish_other_tasks() -> None:
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    await asyncio.sleep(0)  # the closed transports' connection_lost callbacks
 
 
 @contextmanager
