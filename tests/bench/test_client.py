@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from kvwise.bench.client import Outcome, chat_body, stream_chat
+from kvwise.gateway.stream_server import start_stream_server
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -50,11 +51,15 @@ async def _reject(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
 
 
 async def _request_against(handler: Handler) -> Outcome:
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server = await start_stream_server(handler)
+    url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
     body = chat_body("tiny", [{"role": "user", "content": "hi"}], 8, ignore_eos=True)
-    async with server, httpx.AsyncClient() as client:
-        return await stream_chat(client, f"http://127.0.0.1:{port}/v1/chat/completions", body, 0.0)
+    try:
+        async with httpx.AsyncClient() as client:
+            return await stream_chat(client, url, body, 0.0)
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def test_a_connection_dropped_mid_stream_is_a_failure_with_its_partial_timing() -> None:

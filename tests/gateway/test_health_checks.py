@@ -15,6 +15,7 @@ import pytest
 
 import kvwise.gateway.app as app_module
 from kvwise.gateway.app import Gateway
+from kvwise.gateway.stream_server import StreamServer, start_stream_server
 from tests.gateway.servers import make_config
 
 METRICS = (Path(__file__).parent / "data" / "vllm_0.32.0_cpu_metrics_busy.txt").read_bytes()
@@ -27,7 +28,7 @@ def http_response(status: int, body: bytes) -> bytes:
     return head.encode() + b"\r\n" + body
 
 
-async def scripted_replica(answer: Answer) -> tuple[asyncio.Server, str]:
+async def scripted_replica(answer: Answer) -> tuple[StreamServer, str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:  # keep-alive: the gateway reuses its connections
@@ -41,8 +42,8 @@ async def scripted_replica(answer: Answer) -> tuple[asyncio.Server, str]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server = await start_stream_server(handle)
+    return server, f"http://127.0.0.1:{server.port}"
 
 
 async def one_tick(answer: Answer, *, was_healthy: bool = True) -> Gateway:

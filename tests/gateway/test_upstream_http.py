@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from kvwise.gateway.stream_server import StreamServer, start_stream_server
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -25,7 +26,7 @@ def chunk(data: bytes) -> bytes:
 Script = Callable[[asyncio.StreamWriter], Awaitable[None]]
 
 
-async def serve_once(script: Script) -> tuple[asyncio.Server, str]:
+async def serve_once(script: Script) -> tuple[StreamServer, str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         try:
@@ -33,9 +34,8 @@ async def serve_once(script: Script) -> tuple[asyncio.Server, str]:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    return server, f"http://127.0.0.1:{port}/v1/completions"
+    server = await start_stream_server(handle)
+    return server, f"http://127.0.0.1:{server.port}/v1/completions"
 
 
 async def read_stream(script: Script, read_timeout_s: float) -> tuple[list[bytes], float]:

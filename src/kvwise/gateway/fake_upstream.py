@@ -15,6 +15,8 @@ import asyncio
 import json
 from dataclasses import dataclass
 
+from kvwise.gateway.stream_server import StreamServer, start_stream_server
+
 _STATUS_TEXT = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}
 
 
@@ -37,32 +39,27 @@ class FakeUpstream:
         self.num_requests = 0
         self.num_running = 0
         self.peak_running = 0
-        self.server: asyncio.Server | None = None
-        self._open: set[asyncio.StreamWriter] = set()
+        self.server: StreamServer | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self.server = await asyncio.start_server(self._serve_connection, host, port)
-        return int(self.server.sockets[0].getsockname()[1])
+        self.server = await start_stream_server(self._serve_connection, host, port)
+        return self.server.port
 
     async def stop(self) -> None:
         """Like a process that exits: the port closes and so does every open connection."""
         if self.server is not None:
             self.server.close()
-            for writer in list(self._open):
-                writer.transport.abort()
             await self.server.wait_closed()
 
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self._open.add(writer)
         try:
             while await self._serve_request(reader, writer):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            self._open.discard(writer)
             writer.close()
 
     async def _serve_request(
