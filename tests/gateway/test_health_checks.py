@@ -111,3 +111,40 @@ def test_a_replica_too_slow_to_answer_keeps_its_state(
 
     gateway = asyncio.run(one_tick(stalled, was_healthy=was_healthy))
     assert gateway.replicas[0].is_healthy is was_healthy
+
+
+def test_stopping_ends_the_health_loop_even_when_a_tick_swallows_the_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python 3.11's wait_for can return a result that completed as it was cancelled, dropping
+    the cancellation; the gateway must still shut down instead of ticking on forever."""
+    ticking = asyncio.Event()
+    num_swallowed = 0
+
+    async def tick_that_swallows_cancellation(self: Gateway) -> None:
+        nonlocal num_swallowed
+        if self._health_task is None:
+            return  # the check start() makes itself, before the loop runs
+        ticking.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            if num_swallowed:
+                raise
+            num_swallowed += 1  # the race, once: the tick just returns
+
+    monkeypatch.setattr(Gateway, "check_replicas", tick_that_swallows_cancellation)
+
+    async def scenario() -> bool:
+        gateway = Gateway(make_config(["http://127.0.0.1:9"], health_interval_s=0.01))
+        await gateway.start()
+        await asyncio.wait_for(ticking.wait(), timeout=5)
+        stopping = asyncio.create_task(gateway.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=5)  # waits, never cancels
+        if not done:  # the loop ticks on: a second cancellation ends it, and the test
+            assert gateway._health_task is not None
+            gateway._health_task.cancel()
+            await stopping
+        return bool(done)
+
+    assert asyncio.run(scenario()), "the gateway did not stop within 5 s"

@@ -115,3 +115,33 @@ def test_a_body_bigger_than_the_buffer_arrives_whole_to_a_slow_reader() -> None:
             server.close()
 
     assert asyncio.run(read_slowly()) == b"".join(pieces_sent)
+
+
+def test_a_response_that_ends_after_the_client_closed_gives_its_connection_up() -> None:
+    """A relay finishing while the gateway shuts down: its kept-alive connection must close, not
+    wait in the closed client's pool for the garbage collector."""
+
+    async def scenario() -> None:
+        closed_by_client = asyncio.Event()
+
+        async def answer_and_keep_alive(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        ) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(HEAD + chunk(b"data: 1\n\n") + b"0\r\n\r\n")
+            await reader.read()  # the request's body, then the end: the client closed
+            closed_by_client.set()
+
+        server = await start_stream_server(answer_and_keep_alive)
+        client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=5.0)
+        try:
+            response = await client.post(f"http://127.0.0.1:{server.port}/v1/x", b"{}", {})
+            client.close()
+            assert await response.read() == b"data: 1\n\n"
+            response.close()
+            await asyncio.wait_for(closed_by_client.wait(), timeout=5)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())

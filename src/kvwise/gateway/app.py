@@ -59,6 +59,7 @@ class Gateway:
         self.http = httpx.AsyncClient()  # replaced in start(), inside the serving event loop
         self.upstream = UpstreamClient(config.connect_timeout_s, config.upstream_timeout_s)
         self._health_task: asyncio.Task[None] | None = None
+        self._is_stopping = False
         self._store_is_reachable = True
 
     @property
@@ -80,6 +81,7 @@ class Gateway:
         self._health_task = asyncio.create_task(self._health_loop())
 
     async def stop(self) -> None:
+        self._is_stopping = True  # ends the loop even if a tick swallows the cancellation
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -171,7 +173,9 @@ class Gateway:
         return await asyncio.wait_for(get(), HEALTH_TIMEOUT_S)
 
     async def _health_loop(self) -> None:
-        while True:
+        # Python 3.11's asyncio.wait_for returns a result that completed as it was cancelled,
+        # dropping the cancellation: the flag, not the cancel alone, is what ends this loop
+        while not self._is_stopping:
             await asyncio.sleep(self.config.health_interval_s)
             try:
                 await self.check_replicas()

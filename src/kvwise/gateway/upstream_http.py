@@ -217,6 +217,7 @@ class UpstreamClient:
         self.read_timeout_s = read_timeout_s
         self._idle: defaultdict[tuple[str, int], list[_Connection]] = defaultdict(list)
         self._targets: dict[str, tuple[tuple[str, int], str, str]] = {}  # url -> parsed, reused
+        self._is_closed = False
 
     def _target(self, url: str) -> tuple[tuple[str, int], str, str]:
         """(host, port), path and netloc of a URL: a gateway posts to a handful of URLs."""
@@ -298,12 +299,15 @@ class UpstreamClient:
         return connection
 
     def put_back(self, key: tuple[str, int], connection: _Connection, keep: bool) -> None:
-        if keep and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
+        # a response that ends after the client closed (a relay finishing during shutdown) must
+        # not park its connection in a pool nobody will close
+        if keep and not self._is_closed and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
             self._idle[key].append(connection)
         else:
             connection.close()
 
     def close(self) -> None:
+        self._is_closed = True
         for connections in self._idle.values():
             for connection in connections:
                 connection.close()
