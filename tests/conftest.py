@@ -8,6 +8,7 @@ by PID.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,15 @@ _REPORT: list[str] = []
 def _no_user_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A developer's own `kvwise calibrate` results must not change what the tests see."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_garbage_per_module() -> Iterator[None]:
+    """A socket or file a module leaves unclosed warns when the garbage collector finds it, and
+    warnings fail the tests: collecting after each module blames the module that leaked, not
+    whichever later test happens to trigger a full collection."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
