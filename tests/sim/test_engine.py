@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 
@@ -29,6 +30,21 @@ def test_a_lone_request_takes_one_step_per_token() -> None:
     assert m["mean_e2el_ms"] == pytest.approx(5 + 5 * 11)
     assert m["num_steps"] == 5
     assert m["duration"] == pytest.approx(0.060)
+
+
+def test_a_run_leaves_what_the_process_froze_frozen_and_the_collector_on() -> None:
+    """A process that froze its start-up objects (the gateway does) keeps them frozen."""
+    froze_here = gc.get_freeze_count() == 0  # earlier tests may have started a gateway
+    if froze_here:
+        gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        simulate(flat_config(), one_request(prompt=10, output=5))
+        assert gc.get_freeze_count() == frozen
+        assert gc.isenabled()
+    finally:
+        if froze_here:
+            gc.unfreeze()
 
 
 def test_a_long_prompt_is_chunked_by_the_token_budget() -> None:

@@ -260,7 +260,8 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         await gateway.start()
         # What start-up created lives as long as the process: out of the collector's sight,
         # full collections stay short (they would otherwise walk every imported module's objects
-        # while requests wait)
+        # while requests wait). Garbage first, or it would be frozen (never freed) with the rest.
+        gc.collect()
         gc.freeze()
         watch = asyncio.create_task(supervisor.watch()) if supervisor is not None else None
         try:

@@ -191,7 +191,10 @@ def _no_cyclic_gc() -> Iterator[None]:
             # The run's survivors would all be scanned by the next young collection, at once
             # (a tenth of a short run's CPU). Freezing and unfreezing moves every tracked
             # object to the oldest generation instead, in O(1), without a scan: those objects
-            # are collected later by a full collection, as long-lived ones are.
-            gc.freeze()
-            gc.unfreeze()
+            # are collected later by a full collection, as long-lived ones are. Not when the
+            # process has frozen objects of its own (the gateway does at start-up): unfreezing
+            # would thaw them too.
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
