@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import socket
 
-from kvwise.gateway.stream_server import start_stream_server
+from kvwise.gateway.stream_server import _Connections, _TrackedProtocol, start_stream_server
 
 
 def test_closing_resets_a_connection_its_handler_never_closes() -> None:
@@ -35,3 +36,33 @@ def test_closing_resets_a_connection_its_handler_never_closes() -> None:
         b"unread",
     )  # EOF, or reset: the client is not left hanging
     gc.collect()  # an unclosed socket would warn here, and warnings fail the tests
+
+
+def test_a_connection_set_up_after_close_is_reset_and_never_served() -> None:
+    """The loop creates an accepted connection's transport a step after the accept: a close()
+    in between cannot see it, so the connection is refused as soon as it is set up."""
+    served = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(writer)
+
+    async def scenario() -> bytes:
+        connections = _Connections()
+        connections.close_all()  # the server closed between the accept and the set-up
+        ours, theirs = socket.socketpair()
+        with theirs:
+            loop = asyncio.get_running_loop()
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: _TrackedProtocol(handler, connections), ours
+            )
+            assert transport.is_closing()
+            await asyncio.sleep(0)
+            theirs.settimeout(5)
+            try:
+                return theirs.recv(1)
+            except ConnectionResetError:
+                return b""
+
+    assert asyncio.run(scenario()) == b""
+    assert not served
+    gc.collect()
