@@ -2,10 +2,12 @@
 
 `asyncio.start_server` leaves accepted connections open when the server closes (Python 3.13
 added `Server.abort_clients()` for that). A connection accepted in the last moment before its
-event loop stops is worse off: its handler task is cancelled before it ever runs, so the
+event loop stops is worse off: asyncio sets it up one loop step after the accept, so a close()
+in between cannot see it, and its handler task is cancelled before it ever runs, so the
 handler's own `finally: writer.close()` never happens and the socket stays open until the
-garbage collector finds it. The fake upstream and the tests' scripted servers use this server so
-that stopping them is like a process exiting: the port and every connection close at once.
+garbage collector finds it. Here such a connection is reset as soon as it is set up. The fake
+upstream and the tests' scripted servers use this server so that stopping them is like a process
+exiting: the port and every connection close at once.
 """
 
 from __future__ import annotations
