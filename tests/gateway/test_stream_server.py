@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import gc
 import socket
+import warnings
 
 from kvwise.gateway.stream_server import _Connections, _TrackedProtocol, start_stream_server
 
@@ -66,3 +67,30 @@ def test_a_connection_set_up_after_close_is_reset_and_never_served() -> None:
     assert asyncio.run(scenario()) == b""
     assert not served
     gc.collect()
+
+
+def test_closing_in_any_step_of_a_connection_set_up_leaves_no_socket_open() -> None:
+    """A connection waits in the kernel's backlog, is accepted, gets its transport and then its
+    handler, one loop step after another: the server closes after 0, 1, 2, ... steps, so in
+    each of them. (With `asyncio.start_server` on Python 3.11, closing after 2 steps, between
+    the accept and the transport, left the socket open.)"""
+
+    async def idle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    async def close_after(num_steps: int) -> None:
+        server = await start_stream_server(idle)
+        # a blocking connect: done in the kernel before the server's loop takes a step
+        with socket.create_connection(("127.0.0.1", server.port)):
+            for _ in range(num_steps):
+                await asyncio.sleep(0)
+            server.close()
+            await server.wait_closed()
+        assert not server.transports
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for num_steps in range(8):
+            asyncio.run(close_after(num_steps))
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -1,25 +1,32 @@
 """An asyncio stream server that, when closed, also closes every connection it has accepted.
 
 `asyncio.start_server` leaves accepted connections open when the server closes (Python 3.13
-added `Server.abort_clients()` for that). A connection accepted in the last moment before its
-event loop stops is worse off: asyncio sets it up one loop step after the accept, so a close()
-in between cannot see it, and its handler task is cancelled before it ever runs, so the
-handler's own `finally: writer.close()` never happens and the socket stays open until the
-garbage collector finds it. Here such a connection is reset as soon as it is set up. The fake
-upstream and the tests' scripted servers use this server so that stopping them is like a process
+added `Server.abort_clients()` for that), and it has a worse gap in the last moment before a
+close: it accepts a connection in one loop step and creates its transport in a later one. If the
+server closes in between, Python 3.11's transport constructor fails an assertion (the server it
+attaches to has no sockets left), the failure is swallowed, and the half-built transport keeps
+the socket open until the garbage collector finds it and warns, in whichever test is running
+then. So this server does its own accepting: it knows every connection from the moment of the
+accept, through the set-up, to the close, and `close()` resets all of them. A connection set up
+after the close is reset as soon as its transport exists.
+
+The fake upstream and the tests' scripted servers use it, so that stopping one is like a process
 exiting: the port and every connection close at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Awaitable, Callable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
+_BACKLOG = 128
+
 
 class _Connections:
-    """The connections a server has accepted and not yet seen close."""
+    """The connections a server has set up and not yet seen close."""
 
     def __init__(self) -> None:
         self.open: set[asyncio.BaseTransport] = set()
@@ -40,8 +47,7 @@ class _TrackedProtocol(asyncio.StreamReaderProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._connections.is_closed:
-            # accepted just before the server closed, set up just after: the loop creates the
-            # transport a step after the accept, so close() could not see it
+            # accepted before the server closed, set up after: reset it, never serve it
             transport.abort()  # type: ignore[attr-defined]
             return
         self._tracked = transport
@@ -56,34 +62,65 @@ class _TrackedProtocol(asyncio.StreamReaderProtocol):
 
 
 class StreamServer:
-    def __init__(self, server: asyncio.Server, connections: _Connections) -> None:
-        self.server = server
-        self.connections = connections
+    def __init__(self, listener: socket.socket, handler: Handler) -> None:
+        self._listener = listener
+        self._handler = handler
+        self._loop = asyncio.get_running_loop()
+        self.connections = _Connections()
+        # accepted sockets whose transport is being set up, by the task setting it up
+        self._setting_up: dict[asyncio.Task[object], socket.socket] = {}
+        self.port = int(listener.getsockname()[1])
+        self._loop.add_reader(listener.fileno(), self._accept)
 
     @property
     def transports(self) -> set[asyncio.BaseTransport]:
         """The accepted connections not yet closed."""
         return self.connections.open
 
-    @property
-    def port(self) -> int:
-        return int(self.server.sockets[0].getsockname()[1])
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            conn.setblocking(False)
+            set_up = self._loop.connect_accepted_socket(
+                lambda: _TrackedProtocol(self._handler, self.connections), conn
+            )
+            task: asyncio.Task[object] = self._loop.create_task(set_up)
+            self._setting_up[task] = conn
+            task.add_done_callback(self._set_up_done)
+
+    def _set_up_done(self, task: asyncio.Task[object]) -> None:
+        conn = self._setting_up.pop(task)
+        if task.cancelled() or task.exception() is not None:
+            # cancelled before it ran (no transport owns the socket) or while its transport
+            # was being set up (the transport closes it too; closing twice is harmless)
+            conn.close()
 
     def close(self) -> None:
-        """Stop listening and reset every accepted connection, served or not, including one
-        the loop finishes setting up after this call."""
-        self.server.close()
+        """Stop listening and reset every accepted connection: served, being set up, or set up
+        after this call."""
+        if self.connections.is_closed:
+            return
+        self._loop.remove_reader(self._listener.fileno())
+        self._listener.close()
+        for task in self._setting_up:
+            task.cancel()
         self.connections.close_all()
 
     async def wait_closed(self) -> None:
-        await self.server.wait_closed()
+        """Until the sockets of everything `close()` reset are closed."""
+        await asyncio.gather(*self._setting_up, return_exceptions=True)
         await asyncio.sleep(0)  # the aborted transports' connection_lost callbacks
 
 
 async def start_stream_server(
     handler: Handler, host: str = "127.0.0.1", port: int = 0
 ) -> StreamServer:
-    connections = _Connections()
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _TrackedProtocol(handler, connections), host, port)
-    return StreamServer(server, connections)
+    """Listen on host:port (port 0: any free one, see `.port`) and serve each connection with
+    `handler(reader, writer)` in its own task."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    listener = socket.create_server((host, port), family=family, backlog=_BACKLOG)
+    listener.setblocking(False)
+    return StreamServer(listener, handler)
