@@ -186,8 +186,10 @@ async def until(
         await asyncio.sleep(0.005)
 
 
-# One rerun: once in about ten runs under a CPU burner every connection to the (frozen) engine
-# timed out; not reproduced since (see the closing note of stop 7).
+# One rerun. Under a CPU burner, about one run in fifteen fails with every connection to the
+# engine timed out (502). The cause is outside the gateway: the whole VM stalls for 6-8 s (a
+# separate process sleeping in 50 ms steps woke 6.4-7.8 s late at the same moments, and never in
+# 90 s of the burner alone), so the gateway's 5 s connect timers have expired when it runs again.
 @pytest.mark.flaky(reruns=1)
 def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) -> None:
     """Four long requests fill the budget; one session queues 12 requests, then 12 sessions
