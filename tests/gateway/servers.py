@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+import httpx
 import uvicorn
 
 from kvwise.gateway.admission import AdmissionConfig
@@ -61,6 +62,19 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def wait_listening(url: str, timeout_s: float = 20.0) -> bool:
+    """For a `kvwise serve` subprocess: it prints its limits just before it listens."""
+
+    def answers() -> bool:
+        try:
+            httpx.get(f"{url}/health")
+        except httpx.TransportError:
+            return False
+        return True
+
+    return wait_until(answers, timeout_s)
 
 
 @dataclass

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from kvwise.cli import main
 from kvwise.gateway.demo import DEMO_MODEL_NAME, demo_command, ensure_model
 from kvwise.gateway.fake_upstream import Behaviour
 from tests.engine_fixture import free_port
-from tests.gateway.servers import fake_upstreams
+from tests.gateway.servers import fake_upstreams, wait_listening
 
 
 @contextmanager
@@ -36,13 +35,7 @@ def kvwise_serve(args: list[str], tmp_path: Path) -> Iterator[tuple[str, dict[st
             assert line, proc.stderr.read() if proc.stderr else "no output"
             lines.append(line.rstrip("\n"))
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{url}/health")
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        assert wait_listening(url), f"nothing listening on {url}"
         yield url, json.loads("\n".join(lines))
     finally:
         proc.send_signal(signal.SIGTERM)

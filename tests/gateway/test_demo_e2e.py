@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,8 +18,7 @@ import pytest
 
 from kvwise.gateway.demo import DEMO_MODEL_NAME
 from tests.engine_fixture import free_port
-
-HEALTH_TIMEOUT_S = 30  # the limits are printed just before the gateway listens
+from tests.gateway.servers import wait_listening
 
 
 @pytest.mark.engine
@@ -47,13 +45,7 @@ def test_the_demo_answers_sensibly_and_takes_its_engine_down_when_it_stops(
         limits = json.loads("\n".join(lines))
         (replica,) = limits["replicas"]
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{url}/health")
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        assert wait_listening(url), f"nothing listening on {url}"
         api = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         assert [model.id for model in api.models.list().data] == [DEMO_MODEL_NAME]
 
