@@ -1,0 +1,269 @@
+"""Score the planner on real vLLM start-up records, per release family.
+
+Two sets, never mixed:
+- in-sample: tests/data/validation/vllm_startup_logs.jsonl, the logs the planner's fitted
+  constants were fitted on;
+- out-of-sample: tests/data/validation/unseen/*.jsonl, public logs collected after the constants
+  were set and never used to fit or tune anything (each record names its source).
+
+A record is read the way a user would run kvwise on it: the model id as written (a local path is
+cut to its last one or two parts, as a user would type the hub id), the GPU name as the log or the
+user states it, the flags as stated, and the release as stated (else one of the engine generation
+the log format shows). Nothing is mapped per record. A record that cannot be planned is counted
+with the planner's own one-line reason; none is dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, find_gpu
+from kvwise.errors import KvwiseError
+from kvwise.planner import plan
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
+IN_SAMPLE = (DATA / "vllm_startup_logs.jsonl",)
+ENGINE_VERSIONS = {"V0": "0.6.4", "V1": "0.19.0"}
+
+# The dataset's generic "cuda_oom" has no stage; the planner's kinds name the stage.
+KIND_ALIASES = {
+    "cuda_oom": {"cuda_oom_cuda_graph_capture", "cuda_oom_sampler_warmup", "weights_exceed_memory"},
+    "oom_reported_no_error_text": {
+        "cuda_oom_cuda_graph_capture",
+        "cuda_oom_sampler_warmup",
+        "weights_exceed_memory",
+        "no_kv_cache_memory",
+        "insufficient_free_memory_at_startup",
+    },
+}
+
+# Release families: where vLLM's start-up accounting changed (docs/vllm_rules.md)
+FAMILIES = (
+    ((0, 0, 0), "0.4-0.6.3 (V0)"),
+    ((0, 6, 4), "0.6.4-0.7 (V0)"),
+    ((0, 8, 0), "0.8-0.10 (V1)"),
+    ((0, 11, 0), "0.11-0.19 (V1)"),
+    ((0, 20, 0), "0.20-0.33 (V1)"),
+)
+
+
+def out_of_sample_files() -> tuple[Path, ...]:
+    return tuple(sorted((DATA / "unseen").glob("*.jsonl")))
+
+
+def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    records = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+@dataclass(frozen=True)
+class Scored:
+    id: str
+    source: str
+    family: str
+    outcome: str
+    reason: str | None  # why it could not be planned; None when planned
+    logged_tokens: int | None = None
+    predicted_tokens: int | None = None
+    is_verdict_right: bool | None = None
+    predicted: str = ""  # "starts" or the error kind
+
+    @property
+    def is_planned(self) -> bool:
+        return self.reason is None
+
+    @property
+    def token_error(self) -> float | None:
+        if self.logged_tokens is None or self.predicted_tokens is None:
+            return None
+        return abs(self.predicted_tokens - self.logged_tokens) / self.logged_tokens
+
+
+def _version(record: dict[str, Any]) -> str:
+    stated = str(record.get("vllm_version") or "").lstrip("v")
+    if stated[:1].isdigit():
+        return stated.split(" ")[0].split("+")[0]
+    return ENGINE_VERSIONS[record.get("engine") or "V1"]
+
+
+def family_of(version: str) -> str:
+    parts = tuple(int(p) for p in [*version.split("."), "0", "0"][:3] if p.isdigit())
+    name = FAMILIES[0][1]
+    for since, label in FAMILIES:
+        if parts >= since:
+            name = label
+    return name
+
+
+def _plain(written: str) -> str:
+    """The value without the collector's parenthetical remark ("Yi-1.5-34B-Chat (local path)")."""
+    return re.sub(r"\s*\(.*$", "", written).strip()
+
+
+def _model_argument(written: str) -> str:
+    """What a user would pass for the checkpoint the log names."""
+    text = _plain(written).rstrip("/")
+    if text.startswith(("/", "~", ".")) or text.count("/") > 1:
+        parts = [p for p in text.split("/") if p]
+        return "/".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
+    return text
+
+
+def _gpu(record: dict[str, Any]) -> GpuSpec:
+    gpu = find_gpu(_plain(record.get("gpu") or ""))
+    if record.get("gpu_total_gib"):
+        gpu = custom_gpu(record["gpu_total_gib"], like=gpu)
+    free = _free_gib(record)
+    if free is not None:
+        # another process held memory: the free figure is the situation NVML would report
+        gpu = GpuSpec(**{**gpu.__dict__, "free_bytes": int(free * GIB) + int(0.5 * GIB)})
+    return gpu
+
+
+def _free_gib(record: dict[str, Any]) -> float | None:
+    text = record.get("error_text") or ""
+    marker = "Free memory on device"
+    if marker not in text or "(" not in text.split(marker, 1)[1]:
+        return None
+    inside = text.split(marker, 1)[1].split("(", 1)[1].split(")", 1)[0]  # "60.87/79.19 GiB"
+    try:
+        return float(inside.split("/")[0])
+    except ValueError:
+        return None
+
+
+def _flags(record: dict[str, Any]) -> VllmFlags:
+    kv_dtype = record.get("kv_cache_dtype")
+    return VllmFlags(
+        gpu_memory_utilization=record.get("gpu_memory_utilization"),
+        max_model_len=record.get("max_model_len"),
+        max_num_seqs=record.get("max_num_seqs"),
+        max_num_batched_tokens=record.get("max_num_batched_tokens"),
+        kv_cache_dtype=None if kv_dtype in (None, "auto") else kv_dtype,
+        tensor_parallel_size=record.get("tensor_parallel_size"),
+        pipeline_parallel_size=record.get("pipeline_parallel_size"),
+        enforce_eager=record.get("enforce_eager"),
+        block_size=record.get("block_size"),
+        quantization=_plain(record.get("quantization") or "") or None,
+    )
+
+
+def logged_tokens(record: dict[str, Any]) -> int | None:
+    if record.get("kv_cache_tokens"):
+        return int(record["kv_cache_tokens"])
+    if record.get("num_gpu_blocks") and (record.get("engine") or "V0") == "V0":
+        # V0 logs blocks; its capacity is blocks x block size
+        return int(record["num_gpu_blocks"]) * int(record.get("block_size") or 16)
+    return None
+
+
+def _verdict(record: dict[str, Any], starts: bool, kind: str | None) -> bool:
+    if record["outcome"] == "ok":
+        return starts
+    wanted = record.get("failure_kind") or ""
+    return kind in KIND_ALIASES.get(wanted, {wanted})
+
+
+def score(record: dict[str, Any]) -> Scored:
+    version = _version(record)
+    base = {
+        "id": str(record["id"]),
+        "source": str(record.get("source") or ""),
+        "family": family_of(version),
+        "outcome": str(record["outcome"]),
+    }
+    if not record.get("model"):
+        return Scored(**base, reason="the log does not name the model")
+    if not record.get("gpu"):
+        return Scored(**base, reason="the log does not name the GPU")
+    try:
+        model = load_model(_model_argument(record["model"]))
+        result = plan(model, _gpu(record), _flags(record), vllm_version=version)
+    except KvwiseError as exc:
+        return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    kind = None if result.error is None else result.error.kind
+    logged = logged_tokens(record) if record["outcome"] == "ok" else None
+    return Scored(
+        **base,
+        reason=None,
+        logged_tokens=logged,
+        predicted_tokens=result.kv.tokens if logged is not None else None,
+        is_verdict_right=_verdict(record, result.starts, kind),
+        predicted=kind or "starts",
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    label: str
+    num_cases: int
+    num_planned: int
+    token_errors: tuple[float, ...]
+    num_verdicts_right: int
+
+    @property
+    def median_error(self) -> float | None:
+        return statistics.median(self.token_errors) if self.token_errors else None
+
+    @property
+    def worst_error(self) -> float | None:
+        return max(self.token_errors) if self.token_errors else None
+
+    def line(self) -> str:
+        tokens = (
+            f"KV tokens median {self.median_error:.1%} worst {self.worst_error:.1%} "
+            f"(n={len(self.token_errors)})"
+            if self.token_errors
+            else "KV tokens n/a (n=0)"
+        )
+        verdicts = f"verdict {self.num_verdicts_right}/{self.num_planned}"
+        return f"{self.label}: {self.num_cases} cases, {self.num_planned} planned; {tokens}; {verdicts}"
+
+
+def summarize(label: str, scored: list[Scored]) -> Summary:
+    planned = [s for s in scored if s.is_planned]
+    errors = tuple(e for s in planned if (e := s.token_error) is not None)
+    return Summary(
+        label=label,
+        num_cases=len(scored),
+        num_planned=len(planned),
+        token_errors=errors,
+        num_verdicts_right=sum(1 for s in planned if s.is_verdict_right),
+    )
+
+
+def by_family(label: str, scored: list[Scored]) -> list[Summary]:
+    rows = [summarize(f"{label}, all", scored)]
+    for _, family in FAMILIES:
+        members = [s for s in scored if s.family == family]
+        if members:
+            rows.append(summarize(f"{label}, {family}", members))
+    return rows
+
+
+def report_lines(label: str, scored: list[Scored]) -> list[str]:
+    """The summary per family, then every case that was not planned or got the verdict wrong."""
+    lines = [row.line() for row in by_family(label, scored)]
+    for s in scored:
+        if not s.is_planned:
+            lines.append(f"  not planned {s.id}: {s.reason}")
+        elif not s.is_verdict_right:
+            lines.append(f"  wrong verdict {s.id}: logged {s.outcome}, planner says {s.predicted}")
+        elif (e := s.token_error) is not None and e > 0.08:
+            lines.append(
+                f"  KV tokens off {s.id}: logged {s.logged_tokens:,} "
+                f"predicted {s.predicted_tokens:,} ({e:.1%})"
+            )
+    return lines
