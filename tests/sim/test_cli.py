@@ -123,7 +123,12 @@ def test_the_table_names_the_deployment_and_the_findings(
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "RTX 4090" in out and "KV pool" in out and "output tokens/s" in out
-    assert "rejected (prompt + max_tokens > max_model_len 8192)" in out  # histories outgrow 8192
+    # histories outgrow 8192 tokens: trimmed as the gateway trims them, and the table says so
+    assert "histories trimmed to 8,192 tokens" in out
+    # the pool is the one `kvwise plan` reports for the same flags
+    main(["plan", *BASE[1:], "--gpu-memory-utilization", "0.75", "--json"])
+    tokens = json.loads(capsys.readouterr().out)["kv"]["tokens"]
+    assert f"KV pool {tokens:,} tokens" in out
 
 
 def test_charts_as_self_contained_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,3 +175,45 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+AGENT = [
+    "--workload",
+    "agent",
+    "--sessions",
+    "6",
+    "--turns",
+    "20",
+    "--system-prompt",
+    "2000",
+    "--tool-output",
+    "800",
+    "--max-tokens",
+    "512",
+]
+
+
+def _run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    main([*argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate_and_plan_workload_tell_the_same_story_of_an_agent_workload(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Histories outgrow the 8,192-token context: both commands trim them as the gateway does, so
+    every turn runs, and both report the same latency and preemptions for vLLM's defaults."""
+    simulated = _run_json([*BASE, *AGENT], capsys)
+    planned = _run_json(["plan", *BASE[1:], *AGENT], capsys)["baseline"]
+    assert simulated["completed"] == 6 * 20
+    assert simulated["rejected"] == 0 == planned["rejected"]
+    assert simulated["num_preemptions"] == planned["num_preemptions"]
+    assert simulated["p99_ttft_ms"] == pytest.approx(planned["p99_ttft_ms"], abs=0.1)
+
+
+def test_without_history_trimming_turns_past_the_context_are_rejected(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    whole = _run_json([*BASE, *AGENT, "--no-history-trimming"], capsys)
+    assert whole["rejected"] > 0
+    assert whole["completed"] + whole["rejected"] < 6 * 20  # a session ends at its first refusal

@@ -11,18 +11,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kvwise.advisor.candidates import (
-    Candidate,
-    candidates,
-    peak_kv_demand_tokens,
-    required_max_model_len,
-)
+from kvwise.advisor.candidates import Candidate, candidates, peak_kv_demand_tokens
 from kvwise.advisor.evaluate import Evaluation, Objectives, evaluate, plan_candidate, rank
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner import Plan
-from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload
+from kvwise.sim.workloads import (
+    Workload,
+    WorkloadSpec,
+    build_workload,
+    history_budget_tokens,
+    required_max_model_len,
+)
 
 __all__ = ["Objectives", "Recommendation", "recommend"]
 
@@ -72,12 +73,16 @@ def recommend(
     objectives: Objectives | None = None,
     vllm_version: str | None = None,
     seed: int = 0,
+    trim_history: bool = True,
 ) -> Recommendation:
     objectives = objectives or Objectives()
     workload = build_workload(spec, random.Random(seed))
-    required = required_max_model_len(workload)
 
-    def run(candidate: Candidate, result: Plan, budget: int | None) -> Evaluation:
+    def run(candidate: Candidate, result: Plan) -> Evaluation:
+        # histories longer than the context are trimmed by the gateway kvwise recommends
+        budget = history_budget_tokens(
+            workload, result.flags.max_model_len, trim_history=trim_history
+        )
         return evaluate(
             candidate,
             result,
@@ -89,20 +94,14 @@ def recommend(
         )
 
     base = Candidate(model, flags, 1)
-    base_plan = plan_candidate(base, gpu, vllm_version)
-    base_budget = (
-        base_plan.flags.max_model_len if required > base_plan.flags.max_model_len else None
-    )
-    baseline = run(base, base_plan, base_budget)
+    baseline = run(base, plan_candidate(base, gpu, vllm_version))
     planned = [
         (c, plan_candidate(c, gpu, vllm_version))
         for c in candidates(model, flags, workload, num_gpus)
     ]
     evaluations = []
     for candidate, result in _shortlist(planned):
-        # histories longer than the context are trimmed by the gateway kvwise recommends
-        budget = result.flags.max_model_len if required > result.flags.max_model_len else None
-        evaluations.append(run(candidate, result, budget))
+        evaluations.append(run(candidate, result))
     refused = [
         Evaluation(c, p, None, p.error.kind if p.error else "") for c, p in planned if not p.starts
     ]
@@ -113,5 +112,5 @@ def recommend(
         ranked=tuple(rank([e for e in evaluations if e.metrics is not None], objectives)),
         refused=tuple(refused),
         demand_tokens=peak_kv_demand_tokens(workload),
-        required_len=required,
+        required_len=required_max_model_len(workload),
     )

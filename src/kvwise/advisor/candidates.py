@@ -13,7 +13,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.models import ModelSpec
 from kvwise.errors import KvwiseError
-from kvwise.sim.workloads import Workload
+from kvwise.sim.workloads import Workload, required_max_model_len
 
 LENGTH_ROUNDING = 1024  # recommended max_model_len: the workload's longest request, rounded up
 
@@ -48,20 +48,6 @@ class Candidate:
         if self.replicas > 1:
             parts.append(f"{self.replicas} replicas")
         return " · ".join(parts)
-
-
-def required_max_model_len(workload: Workload) -> int:
-    """The longest request the workload sends: its final prompt plus max_tokens."""
-    longest = 0
-    for session in workload.sessions:
-        history = 0
-        for turn in session.turns:
-            prompt = (history if session.keeps_history else 0) + sum(
-                n for _, n in turn.new_segments
-            )
-            longest = max(longest, prompt + turn.max_tokens)
-            history = prompt + turn.output_len
-    return longest
 
 
 def peak_kv_demand_tokens(workload: Workload) -> int:

@@ -36,6 +36,7 @@ def run_recommend(
         objectives=_objectives(args),
         vllm_version=args.vllm_version,
         seed=args.seed,
+        trim_history=args.trim_history,
     )
     from kvwise.advisor.report import render, to_json
 

@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     """`--workload ...` turns the question around: which flags serve this workload best."""
-    from kvwise.sim.workload_flags import add_workload_flags
+    from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags
 
     add_workload_flags(parser, default_kind=None)
+    add_trimming_flag(parser)
     goals = parser.add_argument_group("recommendation (with --workload)")
     goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
     goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")

@@ -13,12 +13,19 @@ from typing import Any
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
 from kvwise.core.gpus import GpuSpec, resolve_gpu
+from kvwise.core.models import ModelSpec
 from kvwise.errors import UsageError
 from kvwise.sim.deploy import Deployment, deployment
 from kvwise.sim.report import Run, print_report, simulation_json
 from kvwise.sim.runner import SimResult, simulate
-from kvwise.sim.workload_flags import add_workload_flags, spec_from_args
-from kvwise.sim.workloads import WORKLOAD_KINDS, Workload, WorkloadSpec, build_workload
+from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags, spec_from_args
+from kvwise.sim.workloads import (
+    WORKLOAD_KINDS,
+    Workload,
+    WorkloadSpec,
+    build_workload,
+    history_budget_tokens,
+)
 
 PROGRESS_ABOVE_REQUESTS = 2000  # show a progress bar for runs this long (on a terminal)
 
@@ -42,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
     add_vllm_flags(parser)
     add_workload_flags(parser, default_kind=None)
+    add_trimming_flag(parser)
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
@@ -95,8 +103,7 @@ def run(argv: list[str]) -> int:
     ]
     workload = build_workload(spec, random.Random(args.seed))
     deployments = [
-        (label, deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label))
-        for label, flags in flag_sets
+        (label, _deployed(model, gpu, flags, args, label, workload)) for label, flags in flag_sets
     ]
     show_progress = (
         not args.json and sys.stderr.isatty() and workload.num_requests >= PROGRESS_ABOVE_REQUESTS
@@ -116,6 +123,22 @@ def run(argv: list[str]) -> int:
     else:
         print_report(model.model_id, gpu, spec, args.seed, runs, plot_path=args.plot)
     return 0
+
+
+def _deployed(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    flags: VllmFlags,
+    args: argparse.Namespace,
+    label: str,
+    workload: Workload,
+) -> Deployment:
+    """The deployment with the history trimming of kvwise's gateway, as `plan --workload` has."""
+    dep = deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label)
+    budget = history_budget_tokens(
+        workload, dep.plan.flags.max_model_len, trim_history=args.trim_history
+    )
+    return replace(dep, config=replace(dep.config, history_budget_tokens=budget))
 
 
 def _simulate(dep: Deployment, workload: Workload, label: str, show_progress: bool) -> SimResult:

@@ -121,6 +121,22 @@ def verdicts(result: SimResult) -> list[str]:
     return found
 
 
+def _deployment_line(run: Run) -> str:
+    e, kv = run.deployment.config.engine, run.deployment.plan.kv
+    line = (
+        f"  {run.label}: KV pool {kv.tokens:,} tokens ({e.num_gpu_blocks:,} blocks of "
+        f"{e.block_size}), max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
+        f"{e.max_num_batched_tokens}, max_model_len {e.max_model_len:,}"
+    )
+    budget = run.deployment.config.history_budget_tokens
+    if budget is not None:
+        line += (
+            f"; agent histories trimmed to {budget:,} tokens as `kvwise serve --session-history` "
+            "does (--no-history-trimming: sent whole)"
+        )
+    return line
+
+
 def print_report(
     model_id: str,
     gpu: GpuSpec,
@@ -140,13 +156,7 @@ def print_report(
     )
     console.print(f"workload: {runs[0].result.workload.description} (seed {seed})")
     for run in runs:
-        e = run.deployment.config.engine
-        tokens = (e.num_gpu_blocks - 1) * e.block_size
-        console.print(
-            f"  {run.label}: KV pool {e.num_gpu_blocks:,} blocks x {e.block_size} = {tokens:,} tokens, "
-            f"max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_num_batched_tokens}, "
-            f"max_model_len {e.max_model_len:,}"
-        )
+        console.print(_deployment_line(run), soft_wrap=True)
     table = Table(show_header=True, header_style="bold")
     table.add_column("metric")
     for run in runs:

@@ -88,3 +88,15 @@ def spec_from_args(args: argparse.Namespace, *, skip: tuple[str, ...] = ()) -> W
     if values.get("kind") == "agent" and "output_len" not in values:
         values["output_len"] = AGENT_OUTPUT_LEN
     return WorkloadSpec(**values).validate()
+
+
+def add_trimming_flag(parser: argparse.ArgumentParser) -> None:
+    """`simulate` and `plan --workload` model the history trimming of kvwise's gateway alike."""
+    parser.add_argument(
+        "--no-history-trimming",
+        dest="trim_history",
+        action="store_false",
+        help="send agent histories whole, as a client without kvwise's gateway does (vLLM then "
+        "rejects turns past max_model_len); default: trimmed to max_model_len like `kvwise serve "
+        "--session-history`",
+    )

@@ -306,3 +306,29 @@ def describe(spec: WorkloadSpec) -> str:
     if spec.kind == "replay":
         return f"replay {spec.replay_path}"
     return f"{spec.kind}: {spec.num_prompts} requests, input {spec.input_len}, output {spec.output_len} tokens, {load}"
+
+
+def required_max_model_len(workload: Workload) -> int:
+    """The longest request the workload sends: its final prompt plus max_tokens."""
+    longest = 0
+    for session in workload.sessions:
+        history = 0
+        for turn in session.turns:
+            prompt = (history if session.keeps_history else 0) + sum(
+                n for _, n in turn.new_segments
+            )
+            longest = max(longest, prompt + turn.max_tokens)
+            history = prompt + turn.output_len
+    return longest
+
+
+def history_budget_tokens(
+    workload: Workload, max_model_len: int, *, trim_history: bool = True
+) -> int | None:
+    """The budget kvwise's gateway trims session histories to on this deployment: the model's
+    context once the workload's longest request outgrows it; None (sent whole, so vLLM rejects
+    what does not fit) when nothing outgrows it or trimming is off. `simulate`, `plan
+    --workload` and `bench --predict` all use this one rule."""
+    if not trim_history or required_max_model_len(workload) <= max_model_len:
+        return None
+    return max_model_len
