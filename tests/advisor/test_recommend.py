@@ -84,3 +84,31 @@ def test_objectives_mark_what_meets_them() -> None:
         load_model(QWEN7), find_gpu("rtx4090"), VllmFlags(), _small_agents(), objectives=strict
     )
     assert result.ranked and not any(e.meets(strict) for e in result.ranked)
+
+
+def test_without_objectives_the_slo_column_says_nothing_was_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", QWEN7, "--gpu", "rtx4090", "--workload", "agent", "--sessions", "4"]
+    assert main([*argv, "--turns", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(r["meets_objectives"] is None for r in data["recommendations"])
+    assert main([*argv, "--turns", "8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in out if line.strip()[:2] in {"1 ", "2 "}]
+    assert rows and all("—" in cells and "yes" not in cells for cells in rows)
+
+
+def test_an_objective_out_of_reach_names_the_load_that_meets_it() -> None:
+    """16 sessions miss a 0.45 s p99 TTFT that fewer sessions meet: the answer says how many."""
+    goal = Objectives(ttft_p99_ms=450.0)
+    gpu, model = find_gpu("rtx4090"), load_model(QWEN7)
+    many = recommend(model, gpu, VllmFlags(), _small_agents(sessions=16), objectives=goal)
+    assert not many.ranked[0].meets(goal)
+    fewest = many.max_sessions_meeting
+    assert fewest is not None and 1 <= fewest < 16
+    # the claim holds when that load is simulated on its own, and one more session breaks it
+    within = recommend(model, gpu, VllmFlags(), _small_agents(sessions=fewest), objectives=goal)
+    beyond = recommend(model, gpu, VllmFlags(), _small_agents(sessions=fewest + 1), objectives=goal)
+    assert within.ranked[0].meets(goal)
+    assert not any(e.candidate == many.ranked[0].candidate and e.meets(goal) for e in beyond.ranked)

@@ -9,7 +9,8 @@ Public API: `recommend(model, gpu, flags, workload_spec, ...) -> Recommendation`
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from kvwise.advisor.candidates import Candidate, candidates, peak_kv_demand_tokens
 from kvwise.advisor.evaluate import Evaluation, Objectives, evaluate, plan_candidate, rank
@@ -37,6 +38,9 @@ class Recommendation:
     refused: tuple[Evaluation, ...]  # candidates vLLM would not start
     demand_tokens: int  # KV the sessions hold together at their longest
     required_len: int  # the workload's longest request
+    # with objectives no candidate meets: the most agent sessions the best candidate serves
+    # within them (0: not even one; None: no objectives, they are met, or not an agent workload)
+    max_sessions_meeting: int | None = None
 
     @property
     def best(self) -> Evaluation | None:
@@ -78,16 +82,14 @@ def recommend(
     objectives = objectives or Objectives()
     workload = build_workload(spec, random.Random(seed))
 
-    def run(candidate: Candidate, result: Plan) -> Evaluation:
+    def run(candidate: Candidate, result: Plan, load: Workload = workload) -> Evaluation:
         # histories longer than the context are trimmed by the gateway kvwise recommends
-        budget = history_budget_tokens(
-            workload, result.flags.max_model_len, trim_history=trim_history
-        )
+        budget = history_budget_tokens(load, result.flags.max_model_len, trim_history=trim_history)
         return evaluate(
             candidate,
             result,
             gpu,
-            workload,
+            load,
             vllm_version=vllm_version,
             seed=seed,
             history_budget_tokens=budget,
@@ -105,12 +107,39 @@ def recommend(
     refused = [
         Evaluation(c, p, None, p.error.kind if p.error else "") for c, p in planned if not p.starts
     ]
+    ranked = tuple(rank([e for e in evaluations if e.metrics is not None], objectives))
     return Recommendation(
         workload=workload,
         objectives=objectives,
         baseline=baseline,
-        ranked=tuple(rank([e for e in evaluations if e.metrics is not None], objectives)),
+        ranked=ranked,
         refused=tuple(refused),
         demand_tokens=peak_kv_demand_tokens(workload),
         required_len=required_max_model_len(workload),
+        max_sessions_meeting=_sessions_meeting(ranked, spec, objectives, run, seed),
     )
+
+
+def _sessions_meeting(
+    ranked: tuple[Evaluation, ...],
+    spec: WorkloadSpec,
+    objectives: Objectives,
+    run: Callable[[Candidate, Plan, Workload], Evaluation],
+    seed: int,
+) -> int | None:
+    """When no candidate meets the objectives: the most sessions the best one serves within
+    them (bisection over the session count, each point simulated like the candidates)."""
+    if not objectives.is_set or not ranked or ranked[0].meets(objectives):
+        return None
+    if spec.kind != "agent":
+        return None
+    best = ranked[0]
+    low, high = 0, spec.sessions  # low meets (0 trivially), high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        fewer = build_workload(replace(spec, sessions=middle), random.Random(seed))
+        if run(best.candidate, best.plan, fewer).meets(objectives):
+            low = middle
+        else:
+            high = middle
+    return low

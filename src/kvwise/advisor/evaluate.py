@@ -23,6 +23,18 @@ class Objectives:
     ttft_p99_ms: float | None = None  # --slo-ttft-ms: 99th-percentile time to first token
     tpot_mean_ms: float | None = None  # --slo-tpot-ms: mean time per output token
 
+    @property
+    def is_set(self) -> bool:
+        return self.ttft_p99_ms is not None or self.tpot_mean_ms is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.ttft_p99_ms is not None:
+            parts.append(f"p99 TTFT <= {self.ttft_p99_ms / 1000:,.2f} s")
+        if self.tpot_mean_ms is not None:
+            parts.append(f"mean TPOT <= {self.tpot_mean_ms:,.1f} ms")
+        return " and ".join(parts)
+
 
 @dataclass(frozen=True)
 class Evaluation:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from kvwise.advisor import Recommendation
@@ -121,9 +122,9 @@ def reasons(rec: Recommendation) -> list[str]:
         )
     if best is None:
         return [*out, "No candidate starts on this hardware."]
-    context = _context_reason(rec, best)
-    if context:
-        out.append(context)
+    for extra in (_slo_reason(rec), _context_reason(rec, best)):
+        if extra:
+            out.append(extra)
     for other in rec.ranked[1:]:
         knob = _distinguishing_knob(best, other)
         if knob is not None:
@@ -137,7 +138,7 @@ def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
             "label": e.candidate.label(),
             "model": e.candidate.model.model_id,
             "replicas": e.candidate.replicas,
-            "meets_objectives": e.meets(rec.objectives),
+            "meets_objectives": e.meets(rec.objectives) if rec.objectives.is_set else None,
             "flags": e.plan.to_json()["flags"],
             "predicted": _metrics_row(e),
             "commands": commands(e, gpu_name),
@@ -149,6 +150,7 @@ def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
             "p99_ttft_ms": rec.objectives.ttft_p99_ms,
             "mean_tpot_ms": rec.objectives.tpot_mean_ms,
         },
+        "max_sessions_meeting_objectives": rec.max_sessions_meeting,
         "required_max_model_len": rec.required_len,
         "peak_kv_demand_tokens": rec.demand_tokens,
         "baseline": None if rec.baseline.metrics is None else _metrics_row(rec.baseline),
@@ -163,30 +165,78 @@ def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
     }
 
 
-def render(rec: Recommendation, console: Any, gpu_name: str) -> None:
+def _slo_cell(evaluation: Evaluation, rec: Recommendation) -> str:
+    if not rec.objectives.is_set:
+        return "—"  # no objective was given: nothing to meet
+    return "yes" if evaluation.meets(rec.objectives) else "no"
+
+
+def _slo_reason(rec: Recommendation) -> str | None:
+    best, objectives = rec.best, rec.objectives
+    if best is None or not objectives.is_set:
+        return None
+    if best.meets(objectives):
+        return f"The first configuration meets {objectives.describe()}."
+    m = best.metrics or {}
+    line = (
+        f"None of the {len(rec.ranked)} configurations that start meets {objectives.describe()} "
+        f"on this hardware: the closest gives p99 TTFT {m.get('p99_ttft_ms', 0) / 1000:,.1f} s and "
+        f"mean TPOT {m.get('mean_tpot_ms', 0):.1f} ms."
+    )
+    if rec.max_sessions_meeting is None:
+        return line + " A smaller load, more GPUs (--num-gpus) or a smaller model would be needed."
+    if rec.max_sessions_meeting == 0:
+        return line + " Not even one session meets it: a faster GPU or a smaller model is needed."
+    return (
+        line + f" It meets them with at most {rec.max_sessions_meeting} sessions per GPU: "
+        "more GPUs (--num-gpus) or fewer concurrent sessions."
+    )
+
+
+# The ranking's columns, most important first: a narrow terminal drops from the end rather
+# than cutting a configuration (which names what to run) or a figure.
+COLUMNS: tuple[tuple[str, Callable[[Evaluation, Recommendation], str]], ...] = (
+    ("#", lambda e, rec: str(rec.ranked.index(e) + 1)),
+    ("configuration", lambda e, rec: e.candidate.label()),
+    ("TTFT p99 s", lambda e, rec: f"{_metrics_row(e)['p99_ttft_ms'] / 1000:,.1f}"),
+    ("SLO", _slo_cell),
+    ("tok/s", lambda e, rec: f"{_metrics_row(e)['output_throughput']:,.0f}"),
+    ("KV", lambda e, rec: f"{_metrics_row(e)['kv_tokens'] / 1000:,.0f}k"),
+    ("TPOT ms", lambda e, rec: f"{_metrics_row(e)['mean_tpot_ms']:.1f}"),
+    ("preempt", lambda e, rec: str(_metrics_row(e)["num_preemptions"])),
+)
+CONFIGURATION_MIN_WIDTH = 18
+CELL_PADDING = 3
+
+
+def _table(rec: Recommendation, width: int) -> Any:
     from rich import box
     from rich.table import Table
 
-    console.print(f"[bold]Workload:[/] {rec.workload.description}", highlight=False)
+    shown = list(COLUMNS)
+    while len(shown) > 3 and _min_width(shown) > width:
+        shown.pop()
     table = Table(title="Best configurations (simulated)", title_justify="left", box=box.SIMPLE)
-    table.add_column("#", justify="right", no_wrap=True, min_width=1)
-    table.add_column("configuration", no_wrap=True)
-    for column in ("KV", "TTFT p99 s", "TPOT ms", "tok/s", "preempt"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("SLO", no_wrap=True, min_width=3)
-    for index, e in enumerate(rec.ranked[:TOP], start=1):
-        row = _metrics_row(e)
-        table.add_row(
-            str(index),
-            e.candidate.label(),
-            f"{row['kv_tokens'] / 1000:,.0f}k",
-            f"{row['p99_ttft_ms'] / 1000:,.1f}",
-            f"{row['mean_tpot_ms']:.1f}",
-            f"{row['output_throughput']:,.0f}",
-            str(row["num_preemptions"]),
-            "yes" if e.meets(rec.objectives) else "no",
-        )
-    console.print(table)
+    for name, _ in shown:
+        if name == "configuration":
+            table.add_column(name, overflow="fold", min_width=CONFIGURATION_MIN_WIDTH, ratio=1)
+        else:
+            table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    for e in rec.ranked[:TOP]:
+        table.add_row(*(cell(e, rec) for _, cell in shown))
+    return table
+
+
+def _min_width(columns: list[tuple[str, Any]]) -> int:
+    return sum(
+        (CONFIGURATION_MIN_WIDTH if name == "configuration" else len(name)) + CELL_PADDING
+        for name, _ in columns
+    )
+
+
+def render(rec: Recommendation, console: Any, gpu_name: str) -> None:
+    console.print(f"[bold]Workload:[/] {rec.workload.description}", highlight=False)
+    console.print(_table(rec, console.width))
     if rec.best is not None:
         console.print(f"[dim]{rec.best.step_time}[/]", highlight=False)
     console.print("[bold]Why:[/]")
