@@ -169,3 +169,17 @@ def test_without_a_tokenizer_file_the_servers_tokenize_counts_exactly(
         counter = ServerTokenizer(client, vllm_engine.url, "tiny")
         text, count = exact_text(counter, random.Random(0), 57)
         assert count == 57 and len(counter.encode(text)) == 57
+
+
+def test_the_default_agent_workload_is_fitted_to_the_engines_context(
+    vllm_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The defaults (2,000-token system prompt, 30 turns) outgrow the engine's 2,048 tokens:
+    bench scales them to fit and says so, and every request is served."""
+    results = _bench(
+        vllm_engine, tmp_path / "results.json", "--sessions", "2", "--think-time-s", "0"
+    )
+    assert "scaled to fit" in capsys.readouterr().err
+    (run,) = results.runs
+    assert run.metrics["failed"] == 0 and run.metrics["completed"] == len(run.requests) >= 8
+    assert results.server.max_model_len == 2048

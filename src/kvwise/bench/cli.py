@@ -32,6 +32,7 @@ from kvwise.bench.prompts import (
     find_local_tokenizer,
 )
 from kvwise.bench.results import BenchResults, RunResult, ServerInfo, write_results
+from kvwise.bench.sizing import SIZE_FLAGS, fit_to_context
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.errors import UsageError
 from kvwise.sim.workload_flags import add_workload_flags, spec_from_args
@@ -125,6 +126,10 @@ def run(argv: list[str]) -> int:
         raise UsageError("--predict needs --gpu (the GPU the server runs on)")
     server = asyncio.run(discover(base_url(args.url), args.model, args.api_key))
     server = server.model_copy(update={"flags": flags.set_values()})
+    stated = {name for name in SIZE_FLAGS if getattr(args, name, None) is not None}
+    spec, note = fit_to_context(spec, server.max_model_len, stated)
+    if note:
+        print(f"kvwise bench: {note}", file=sys.stderr)
     target = Target(server.url, server.model, args.api_key, args.ignore_eos, args.timeout_s)
     levels: list[int | None] = list(args.max_concurrency or [spec.max_concurrency])
     with httpx.Client(timeout=30.0, headers=target.headers()) as client:  # for /tokenize

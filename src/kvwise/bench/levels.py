@@ -39,11 +39,13 @@ async def discover(base_url: str, model: str | None, api_key: str | None) -> Ser
     chosen = model or names[0]
     if names and chosen not in names:
         raise UsageError(f"the server serves {', '.join(names)}, not {chosen!r}")
-    root = next((m.get("root") for m in served if m.get("id") == chosen), None)
+    card = next((m for m in served if m.get("id") == chosen), {})
+    root, max_len = card.get("root"), card.get("max_model_len")
     return ServerInfo(
         url=base_url,
         model=chosen,
         model_root=str(root) if root else None,
+        max_model_len=max_len if isinstance(max_len, int) and max_len > 0 else None,
         backend="vllm" if snapshot is not None else "openai",
         cache_config=snapshot.cache_config if snapshot else {},
     )

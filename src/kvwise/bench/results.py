@@ -32,6 +32,7 @@ class ServerInfo(BaseModel):
     url: str
     model: str  # the served model name requests were sent to
     model_root: str | None = None  # /v1/models "root": the path or hub id vLLM loaded
+    max_model_len: int | None = None  # /v1/models "max_model_len" (vLLM lists it)
     backend: str = "openai"  # "vllm" when the server exposes vLLM's /metrics
     flags: dict[str, Any] = Field(default_factory=dict)  # vLLM flags the user stated (--flag)
     cache_config: dict[str, str] = Field(default_factory=dict)  # vllm:cache_config_info labels
