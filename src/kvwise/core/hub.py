@@ -31,6 +31,7 @@ from kvwise.core.safetensors_meta import (
     header_length,
     held_bytes,
     index_bytes,
+    is_held_as_stored,
     parse_header,
 )
 from kvwise.errors import DataError, UnknownModelError
@@ -139,6 +140,8 @@ def _single_file_bytes(model_id: str, spec: ModelSpec) -> int | None:
 
 def fetch_checkpoint_bytes(model_id: str, spec: ModelSpec) -> int | None:
     """The hub checkpoint's weight bytes as vLLM holds them; None when the hub cannot say."""
+    if not is_held_as_stored(spec):
+        return None
     try:
         body = _get(_file_url(model_id, INDEX_FILE), MAX_CONFIG_BYTES)
         if body is not None:

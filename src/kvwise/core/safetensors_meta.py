@@ -13,7 +13,13 @@ What vLLM holds can differ from the bytes on disk; each case is decided from its
   (`model_loader/bitsandbytes_loader.py`, `dequantize_dq`), the nested state then dropped;
   `quant_state.bitsandbytes__*` blobs stay on the CPU;
 * tensors of layers vLLM does not build (MTP heads stored as `model.layers.{N}` past
-  `num_hidden_layers`, a vision tower when the model is loaded text-only) are not loaded.
+  `num_hidden_layers`, a vision tower when the model is loaded text-only) are not loaded;
+* MXFP4 experts are padded to the MoE kernel's alignment (`quantization/mxfp4.py`,
+  Mxfp4MoEMethod.create_weights: Marlin rounds hidden to 256 and intermediate to 128, FlashInfer
+  on SM100 both to 256, ...), so memory depends on the backend: gpt-oss-20b logs 13.64-13.72 GiB
+  against its 12.8 GiB checkpoint. No checkpoint size is used for MXFP4;
+* GPTQ Marlin drops the zero points of a symmetric checkpoint when it repacks (`gptq_marlin.py`,
+  process_weights_after_loading): 0.75 % of a 4-bit group-128 layer, not subtracted.
 
 An index alone (no headers) cannot give those corrections: then its total is used only when no
 tensor needs one, and None tells the planner to fall back on its parameter count.
@@ -122,6 +128,11 @@ def index_bytes(index: dict[str, Any], spec: ModelSpec) -> int | None:
     return int(total)
 
 
+def is_held_as_stored(spec: ModelSpec) -> bool:
+    """Whether vLLM's memory follows the checkpoint's bytes for this model (see the docstring)."""
+    return spec.quant is None or not spec.quant.is_experts_only
+
+
 def _read_index(folder: Path) -> dict[str, Any] | None:
     try:
         index = json.loads((folder / INDEX_FILE).read_text())
@@ -132,6 +143,8 @@ def _read_index(folder: Path) -> dict[str, Any] | None:
 
 def local_checkpoint_bytes(folder: Path, spec: ModelSpec) -> int | None:
     """Weight bytes of a local checkpoint folder: its files' headers, else its index's total."""
+    if not is_held_as_stored(spec):
+        return None
     index = _read_index(folder) if (folder / INDEX_FILE).is_file() else None
     if index is not None:
         files = sorted(set((index.get("weight_map") or {}).values()))
