@@ -40,8 +40,14 @@ UNSLOTH_BNB = {
     "quant_method": "bitsandbytes",
 }
 # Qwen/Qwen2.5-7B-Instruct-AWQ config.json: AutoAWQ GEMM, 4 bits, group 128, fp16
-QWEN_AWQ = {"bits": 4, "group_size": 128, "modules_to_not_convert": None, "quant_method": "awq",
-            "version": "gemm", "zero_point": True}  # fmt: skip
+QWEN_AWQ = {
+    "bits": 4,
+    "group_size": 128,
+    "modules_to_not_convert": None,
+    "quant_method": "awq",
+    "version": "gemm",
+    "zero_point": True,
+}
 
 
 @pytest.fixture
