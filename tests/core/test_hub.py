@@ -18,7 +18,13 @@ from kvwise.cli import main
 from kvwise.core import hub
 from kvwise.core.catalog import load_model
 from kvwise.errors import UnknownModelError
-from tests.core.checkpoints import awq_tensors, catalog_config, tensor_bytes, write_safetensors
+from tests.core.checkpoints import (
+    awq_tensors,
+    catalog_config,
+    hf_cache_snapshot,
+    tensor_bytes,
+    write_safetensors,
+)
 
 BASE = "Qwen/Qwen2.5-7B-Instruct"
 AWQ = {"bits": 4, "group_size": 128, "quant_method": "awq", "version": "gemm", "zero_point": True}
@@ -168,3 +174,13 @@ def test_derived_catalog_entry_asks_the_hub_first(fake_hub: FakeHub) -> None:
     fake_hub.add(model_id, "config.json", json.dumps(config).encode())
     spec = load_model(model_id)
     assert spec.quant is not None and spec.quant.group_size == 64
+
+
+def test_hf_cache_is_read_before_the_hub(
+    fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    hf_cache_snapshot(tmp_path / "cache", "acme/cached-7b", catalog_config(BASE), "c0de")
+    fake_hub.add("acme/cached-7b", "config.json", b"{}")
+    assert load_model("acme/cached-7b").source.startswith("hf-cache:")
+    assert fake_hub.requests == []
