@@ -141,24 +141,23 @@ def weight_bytes_per_rank(
     """
     quant = quant if quant is not None else spec.quant
     weights = _modelled_bytes_per_rank(spec, tp, pp, dtype_bytes, quant)
-    if _holds_checkpoint_as_stored(spec, quant, dtype_bytes):
+    checkpoint_bytes = _checkpoint_bytes_held(spec, quant, dtype_bytes)
+    if checkpoint_bytes is not None:
         # The checkpoint's real size, split across ranks the way the modelled layout splits.
-        assert spec.checkpoint_weight_bytes is not None
-        whole = _modelled_bytes_per_rank(spec, 1, 1, dtype_bytes, quant)
-        weights = weights * spec.checkpoint_weight_bytes / whole
+        weights *= checkpoint_bytes / _modelled_bytes_per_rank(spec, 1, 1, dtype_bytes, quant)
     # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype
     rotary = (rotary_cache_len or spec.max_position_embeddings) * spec.head_dim * dtype_bytes
     return int(weights + rotary)
 
 
-def _holds_checkpoint_as_stored(spec: ModelSpec, quant: QuantSpec | None, dtype_bytes: int) -> bool:
-    """vLLM keeps the checkpoint's tensors as stored unless it quantizes on load (`quant` is not
-    the checkpoint's own) or casts (fp32 checkpoints run as bf16)."""
-    return (
-        spec.checkpoint_weight_bytes is not None
-        and quant == spec.quant
-        and dtype_bytes == spec.dtype_bytes
-    )
+def _checkpoint_bytes_held(
+    spec: ModelSpec, quant: QuantSpec | None, dtype_bytes: int
+) -> int | None:
+    """The checkpoint's bytes when vLLM holds its tensors as stored: not when it quantizes on
+    load (`quant` is not the checkpoint's own) or casts (fp32 checkpoints run as bf16)."""
+    if quant != spec.quant or dtype_bytes != spec.dtype_bytes:
+        return None
+    return spec.checkpoint_weight_bytes
 
 
 def _modelled_bytes_per_rank(
