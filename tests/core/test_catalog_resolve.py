@@ -176,3 +176,8 @@ def test_unknown_model_is_one_line_and_exit_2(
     assert err.startswith("kvwise plan: error: unknown model 'some-org/nope'")
     assert ("HF_HUB_OFFLINE" in err) == (network == "HF_HUB_OFFLINE=1")
     assert ("not reachable" in err) == (network == "hub unreachable")
+
+
+def test_hf_cache_lookup_ignores_case_as_the_hub_does(hf_cache: Path) -> None:
+    hf_cache_snapshot(hf_cache, "Acme/Mixed-Case-7B", catalog_config(BASE), "cafe")
+    assert load_model("acme/mixed-case-7b").num_layers == 28

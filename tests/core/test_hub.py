@@ -36,6 +36,7 @@ class FakeHub:
 
     files: dict[str, bytes] = field(default_factory=dict)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    status: dict[str, int] = field(default_factory=dict)  # error codes by URL path
     delay_s: float = 0.0
 
     def add(self, model_id: str, filename: str, body: bytes) -> None:
@@ -49,7 +50,7 @@ def _handler(fake: FakeHub) -> type[BaseHTTPRequestHandler]:
             time.sleep(fake.delay_s)
             body = fake.files.get(self.path)
             if body is None:
-                self.send_error(404)
+                self.send_error(fake.status.get(self.path, 404))
                 return
             status, ranged = 200, self.headers.get("Range")
             if ranged:  # "bytes=a-b", inclusive, as RFC 9110 defines it
@@ -184,3 +185,9 @@ def test_hf_cache_is_read_before_the_hub(
     fake_hub.add("acme/cached-7b", "config.json", b"{}")
     assert load_model("acme/cached-7b").source.startswith("hf-cache:")
     assert fake_hub.requests == []
+
+
+def test_gated_repo_says_to_set_hf_token(fake_hub: FakeHub) -> None:
+    fake_hub.status["/acme/gated/resolve/main/config.json"] = 401
+    with pytest.raises(UnknownModelError, match=r"HTTP 401.*set HF_TOKEN"):
+        load_model("acme/gated")

@@ -204,7 +204,7 @@ def test_bnb_reads_quant_type_double_quant_and_skipped_modules() -> None:
 
 
 def test_fp8_names_its_block_and_vllm_method() -> None:
-    assert _quant(QWEN3_FP8).label == "fp8 FP8 block 128x128"
+    assert _quant(QWEN3_FP8).label == "fp8 block 128x128"
     assert _quant(CT_FP8_DYNAMIC).method == "fp8"  # FP8 GEMMs either way
     assert _quant(CT_NVFP4).label == "compressed-tensors NVFP4"
 

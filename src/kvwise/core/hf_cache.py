@@ -25,7 +25,14 @@ def _repo_dir(model_id: str) -> Path | None:
         return None
     org, name = model_id.split("/")
     repo = hub_cache_dir() / f"models--{org}--{name}"
-    return repo if repo.is_dir() else None
+    if repo.is_dir():
+        return repo
+    # hub ids are case-insensitive ("qwen/qwen2.5-7b-instruct"); the cache keeps one spelling
+    wanted = repo.name.lower()
+    try:
+        return next((d for d in repo.parent.iterdir() if d.name.lower() == wanted), None)
+    except OSError:
+        return None
 
 
 def snapshot_dir(model_id: str) -> Path | None:

@@ -125,7 +125,7 @@ def _awq(qc: dict[str, Any], model_id: str) -> QuantSpec:
 
 
 def _gptq(qc: dict[str, Any], model_id: str) -> QuantSpec:
-    if qc.get("checkpoint_format") == "gptq_v2" or qc.get("dynamic"):
+    if qc.get("dynamic"):
         raise UnsupportedModelError(
             f"{model_id}: not modelled: quantization gptq with per-module `dynamic` overrides"
         )
@@ -155,10 +155,12 @@ def _fp8(qc: dict[str, Any], model_id: str) -> QuantSpec:
             8,
             bn * bk,
             scale_bytes=4,
-            scheme=f"FP8 block {bn}x{bk}",
+            scheme=f"block {bn}x{bk}",
             unquantized_modules=skip,
         )
-    return QuantSpec("fp8", 8, PER_TENSOR, scale_bytes=4, scheme="FP8", unquantized_modules=skip)
+    return QuantSpec(
+        "fp8", 8, PER_TENSOR, scale_bytes=4, scheme="per tensor", unquantized_modules=skip
+    )
 
 
 def _bitsandbytes(qc: dict[str, Any], model_id: str) -> QuantSpec:
@@ -183,7 +185,7 @@ def _mxfp4(qc: dict[str, Any], model_id: str) -> QuantSpec:
         4,
         32,
         scale_bytes=1,
-        scheme="MXFP4 experts",
+        scheme="experts only",
         unquantized_modules=_names(qc.get("modules_to_not_convert")),
         is_experts_only=True,
     )
@@ -211,6 +213,14 @@ def _has_input_activations(qc: dict[str, Any]) -> bool:
     return any(g.get("input_activations") for g in (qc.get("config_groups") or {}).values())
 
 
+def _activation_bits(qc: dict[str, Any]) -> int:
+    """Bits of the quantized activations (W4A8), 16 when activations stay in the model dtype."""
+    for group in (qc.get("config_groups") or {}).values():
+        if group.get("input_activations"):
+            return int(group["input_activations"].get("num_bits", 16))
+    return 16
+
+
 def _ct_granularity(weights: dict[str, Any]) -> tuple[int, str]:
     """(group_size, name) of a compressed-tensors weight scale strategy."""
     strategy = str(weights.get("strategy", "tensor"))
@@ -236,8 +246,9 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec:
     if kind == "float" and bits == 8:
         # FP8 (compressed_tensors_w8a8_fp8.py, _w8a16_fp8.py): 1 B + fp32 scales. Named "fp8"
         # like vLLM's own FP8 method: the GEMMs run on FP8 tensor cores the same way.
-        name = f"FP8 {granularity}"
-        return QuantSpec("fp8", 8, group, scale_bytes=4, scheme=name, unquantized_modules=skip)
+        return QuantSpec(
+            "fp8", 8, group, scale_bytes=4, scheme=granularity, unquantized_modules=skip
+        )
     if kind == "int" and bits == 8 and group <= 0 and _has_input_activations(qc):
         # INT8 W8A8 (compressed_tensors_w8a8_int8.py): int8 weights + fp32 channel/tensor scales
         name = f"W8A8 {granularity}"
@@ -250,7 +261,7 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec:
             bits,
             group,
             has_zeros=not weights.get("symmetric", True),
-            scheme=f"W{bits}A16 {granularity}",
+            scheme=f"W{bits}A{_activation_bits(qc)} {granularity}",
             unquantized_modules=skip,
         )
     raise UnsupportedModelError(
