@@ -43,12 +43,27 @@ def test_mtp_layers_past_num_hidden_layers_are_not_counted(tmp_path: Path) -> No
     assert local_checkpoint_bytes(tmp_path, _spec()) == 200
 
 
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128}
+
+
 def test_index_total_is_refused_when_it_holds_tensors_vllm_skips() -> None:
-    weight_map = {"model.layers.0.mlp.up_proj.weight": "a", "model.layers.28.eh_proj.weight": "a"}
+    weight_map = {"model.layers.0.mlp.up_proj.qweight": "a", "model.layers.28.eh_proj.weight": "a"}
     index = {"metadata": {"total_size": 123}, "weight_map": weight_map}
-    assert index_bytes(index, _spec()) is None
+    assert index_bytes(index, _spec({"quantization_config": AWQ})) is None
     del weight_map["model.layers.28.eh_proj.weight"]
-    assert index_bytes(index, _spec()) == 123
+    assert index_bytes(index, _spec({"quantization_config": AWQ})) == 123
+
+
+def test_index_total_of_an_unquantized_checkpoint_is_not_used() -> None:
+    # fp32 files under a bfloat16 config would double it; the parameter count is exact here
+    index = {"metadata": {"total_size": 123}, "weight_map": {"model.norm.weight": "a"}}
+    assert index_bytes(index, _spec()) is None
+
+
+def test_fp32_files_count_at_the_model_dtype(tmp_path: Path) -> None:
+    # vLLM's default loader copies each tensor into a bf16 parameter: 4 bytes on disk, 2 held
+    write_safetensors(tmp_path / "model.safetensors", {"model.norm.weight": ("F32", (8,))})
+    assert local_checkpoint_bytes(tmp_path, _spec()) == 16
 
 
 def test_shards_present_beat_the_index_total(tmp_path: Path) -> None:

@@ -233,3 +233,7 @@ def test_unknown_schemes_are_refused_by_name(qc: dict[str, Any], named: str) -> 
 def test_unquantized_checkpoint_has_no_quant() -> None:
     assert parse_quantization(None, "m") is None
     assert parse_quantization({}, "m") is None
+    # llm-compressor's FP8 KV-cache-only export: config_groups without a weight scheme
+    kv_only = _ct({}, None, "dense") | {"kv_cache_scheme": {"num_bits": 8, "type": "float"}}
+    kv_only["config_groups"]["group_0"].pop("weights")
+    assert parse_quantization(kv_only, "m") is None

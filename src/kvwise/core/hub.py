@@ -135,7 +135,7 @@ def _single_file_bytes(model_id: str, spec: ModelSpec) -> int | None:
         return None
     length = header_length(first)
     raw = _get(url, length, (HEADER_LENGTH_BYTES, HEADER_LENGTH_BYTES + length - 1))
-    return None if raw is None else held_bytes(parse_header(raw), spec)
+    return None if raw is None else held_bytes(parse_header(raw), spec) or None
 
 
 def fetch_checkpoint_bytes(model_id: str, spec: ModelSpec) -> int | None:

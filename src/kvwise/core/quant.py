@@ -232,8 +232,10 @@ def _ct_granularity(weights: dict[str, Any]) -> tuple[int, str]:
     return (PER_CHANNEL, "per channel") if strategy == "channel" else (PER_TENSOR, "per tensor")
 
 
-def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec:
+def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
     weights = _ct_weights(qc, model_id)
+    if not weights:
+        return None  # only the KV cache or activations are quantized: weights in the model dtype
     bits = int(weights.get("num_bits", 8))
     kind = str(weights.get("type", "int"))
     group, granularity = _ct_granularity(weights)
@@ -270,7 +272,7 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec:
 
 
 # quantization_config["quant_method"] -> how to read it (vLLM's names)
-PARSERS: dict[str, Callable[[dict[str, Any], str], QuantSpec]] = {
+PARSERS: dict[str, Callable[[dict[str, Any], str], QuantSpec | None]] = {
     "awq": _awq,
     "gptq": _gptq,
     "auto-round": _auto_round,

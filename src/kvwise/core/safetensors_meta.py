@@ -9,6 +9,9 @@ What vLLM holds can differ from the bytes on disk; each case is decided from its
 (vllm-project/vllm, v0.11.0):
 
 * tied embeddings: saved once, held once (lm_head shares the embedding's storage): no change;
+* an unquantized checkpoint stored in another float dtype than its config's (fp32 files): the
+  default loader copies every tensor into a parameter of the model dtype, so each counts at
+  that dtype's size;
 * bitsandbytes double quantization: uint8 `absmax` on disk, dequantized to fp32 at load
   (`model_loader/bitsandbytes_loader.py`, `dequantize_dq`), the nested state then dropped;
   `quant_state.bitsandbytes__*` blobs stay on the CPU;
@@ -21,8 +24,9 @@ What vLLM holds can differ from the bytes on disk; each case is decided from its
 * GPTQ Marlin drops the zero points of a symmetric checkpoint when it repacks (`gptq_marlin.py`,
   process_weights_after_loading): 0.75 % of a 4-bit group-128 layer, not subtracted.
 
-An index alone (no headers) cannot give those corrections: then its total is used only when no
-tensor needs one, and None tells the planner to fall back on its parameter count.
+An index alone (no headers) cannot give those corrections: then its total is used only for a
+quantized checkpoint none of whose tensors needs one, and None tells the planner to fall back on
+its parameter count (exact for unquantized checkpoints).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ _VISION = ("vision_tower", "visual.", "vision_model", "multi_modal_projector", "
 _MTP = ("mtp.", ".mtp")
 _BNB_STATE = "quant_state.bitsandbytes__"
 _BNB_NESTED = ("nested_absmax", "nested_quant_map")
+_FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 
 
 @dataclass(frozen=True)
@@ -101,19 +106,23 @@ def _not_loaded(name: str, spec: ModelSpec) -> bool:
     return spec.vision is None and any(v in name for v in _VISION)
 
 
-def _held_bytes(name: str, info: TensorInfo) -> int:
+def _held_bytes(name: str, info: TensorInfo, spec: ModelSpec) -> int:
     """Bytes vLLM holds on the GPU for one checkpoint tensor."""
     if _BNB_STATE in name or name.endswith(_BNB_NESTED):
         return 0  # CPU-side quant-state blob; the nested state is dropped after dequantization
     if name.endswith(".absmax") and info.dtype == "U8":
         return info.num_elements * 4  # double-quantized absmax, held as fp32
+    if spec.quant is None and info.dtype in _FLOAT_DTYPES:
+        return info.num_elements * spec.dtype_bytes  # copied into a parameter of the model dtype
     return info.num_bytes
 
 
 def held_bytes(tensors: Mapping[str, TensorInfo], spec: ModelSpec) -> int:
     """Bytes of a checkpoint's tensors as vLLM holds them (whole model, all ranks together)."""
     return sum(
-        _held_bytes(name, info) for name, info in tensors.items() if not _not_loaded(name, spec)
+        _held_bytes(name, info, spec)
+        for name, info in tensors.items()
+        if not _not_loaded(name, spec)
     )
 
 
@@ -121,11 +130,11 @@ def index_bytes(index: dict[str, Any], spec: ModelSpec) -> int | None:
     """`metadata.total_size` of an index, when it is what vLLM will hold; None otherwise."""
     total = (index.get("metadata") or {}).get("total_size")
     names: Iterable[str] = (index.get("weight_map") or {}).keys()
-    if total is None:
-        return None
+    if total is None or spec.quant is None:
+        return None  # unquantized: the index cannot say which float dtype the files hold
     if any(_not_loaded(n, spec) or n.endswith(".absmax") for n in names):
         return None  # needs per-tensor corrections that the index cannot give
-    return int(total)
+    return int(total) or None
 
 
 def is_held_as_stored(spec: ModelSpec) -> bool:
@@ -158,5 +167,5 @@ def local_checkpoint_bytes(folder: Path, spec: ModelSpec) -> int | None:
                 tensors |= read_file_header(path)
         except (OSError, DataError, KeyError, TypeError, ValueError):
             return None  # a damaged header is no size: plan from the parameter count
-        return held_bytes(tensors, spec)
+        return held_bytes(tensors, spec) or None
     return index_bytes(index, spec) if index is not None else None
