@@ -37,6 +37,7 @@ class FakeHub:
     files: dict[str, bytes] = field(default_factory=dict)
     requests: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     status: dict[str, int] = field(default_factory=dict)  # error codes by URL path
+    redirects: dict[str, str] = field(default_factory=dict)  # URL path -> Location (a CDN)
     delay_s: float = 0.0
 
     def add(self, model_id: str, filename: str, body: bytes) -> None:
@@ -48,6 +49,12 @@ def _handler(fake: FakeHub) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             fake.requests.append((self.path, dict(self.headers)))
             time.sleep(fake.delay_s)
+            if self.path in fake.redirects:
+                self.send_response(302)
+                self.send_header("Location", fake.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = fake.files.get(self.path)
             if body is None:
                 self.send_error(fake.status.get(self.path, 404))
@@ -191,3 +198,24 @@ def test_gated_repo_says_to_set_hf_token(fake_hub: FakeHub) -> None:
     fake_hub.status["/acme/gated/resolve/main/config.json"] = 401
     with pytest.raises(UnknownModelError, match=r"HTTP 401.*set HF_TOKEN"):
         load_model("acme/gated")
+
+
+def test_redirect_to_the_cdn_keeps_the_range_and_drops_the_token(
+    fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the hub answers weight files with a redirect to its CDN; the token must stay with the hub
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    model_id = "acme/redirected-awq"
+    write_safetensors(tmp_path / "m.st", {"model.norm.weight": ("F16", (64,))})
+    fake_hub.add(model_id, "config.json", _awq_config())
+    fake_hub.redirects[f"/{model_id}/resolve/main/model.safetensors"] = "/cdn/blob"
+    fake_hub.files["/cdn/blob"] = (tmp_path / "m.st").read_bytes()
+
+    assert load_model(model_id).checkpoint_weight_bytes == 128
+
+    cdn = [headers for path, headers in fake_hub.requests if path == "/cdn/blob"]
+    assert [h.get("Range") for h in cdn] == [
+        "bytes=0-7",
+        f"bytes=8-{len(fake_hub.files['/cdn/blob']) - 129}",
+    ]
+    assert all("Authorization" not in h for h in cdn)
