@@ -91,3 +91,17 @@ def test_a_damaged_header_is_a_data_error(tmp_path: Path) -> None:
         read_file_header(tmp_path / "bad.safetensors")
     (tmp_path / "model.safetensors").write_bytes((1).to_bytes(8, "little") + b"{")
     assert local_checkpoint_bytes(tmp_path, _spec()) is None
+
+
+def test_tied_lm_head_copy_and_inv_freq_buffers_are_not_loaded(tmp_path: Path) -> None:
+    tied = {"tie_word_embeddings": True}
+    write_safetensors(
+        tmp_path / "model.safetensors",
+        {
+            "model.embed_tokens.weight": ("BF16", (10, 4)),
+            "lm_head.weight": ("BF16", (10, 4)),
+            "model.layers.0.self_attn.rotary_emb.inv_freq": ("F32", (64,)),
+        },
+    )
+    assert local_checkpoint_bytes(tmp_path, _spec(tied)) == 80
+    assert local_checkpoint_bytes(tmp_path, _spec()) == 160  # untied: both matrices are held

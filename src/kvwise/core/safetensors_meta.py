@@ -8,7 +8,8 @@ the sum of its tensors' bytes and whose `weight_map` names every tensor.
 What vLLM holds can differ from the bytes on disk; each case is decided from its loading code
 (vllm-project/vllm, v0.11.0):
 
-* tied embeddings: saved once, held once (lm_head shares the embedding's storage): no change;
+* tied embeddings: held once (lm_head shares the embedding's storage); a checkpoint that saved
+  `lm_head.weight` anyway has it skipped, like the rotary `inv_freq` buffers of old checkpoints;
 * an unquantized checkpoint stored in another float dtype than its config's (fp32 files): the
   default loader copies every tensor into a parameter of the model dtype, so each counts at
   that dtype's size;
@@ -97,11 +98,14 @@ def read_file_header(path: Path) -> dict[str, TensorInfo]:
 
 
 def _not_loaded(name: str, spec: ModelSpec) -> bool:
-    """Tensors vLLM does not load for this spec: extra layers (MTP), an unmodelled vision tower."""
+    """Tensors vLLM's `load_weights` skips for this spec: extra layers (MTP), an unmodelled
+    vision tower, a saved copy of a tied lm_head, rotary inv_freq buffers (old checkpoints)."""
     layer = _LAYER.search(name)
     if layer and int(layer.group(1)) >= spec.num_layers and "vision" not in name:
         return True
-    if any(m in name for m in _MTP):
+    if any(m in name for m in _MTP) or "rotary_emb.inv_freq" in name:
+        return True
+    if spec.tie_word_embeddings and name.endswith("lm_head.weight"):
         return True
     return spec.vision is None and any(v in name for v in _VISION)
 
