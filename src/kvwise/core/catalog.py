@@ -1,4 +1,5 @@
-"""Finding a model: a local config.json or directory, the offline catalog, or the hub.
+"""Finding a model: a local config.json or directory, the Hugging Face cache, the offline
+catalog, or the hub (`load_model` gives the order).
 
 The catalog ships the published config.json copies from `shared/models/` verbatim
 (`data/models/*.json`, each with its sources), plus `data/catalog_extra.json`: keys filled in for
@@ -9,8 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +27,7 @@ class CatalogEntry:
     sources: tuple[str, ...]
     published_params: int | None
     notes: str
+    is_derived: bool = False  # shapes of a base model + a documented quantization_config
 
     def spec(self) -> ModelSpec:
         source = self.sources[0] if self.sources else "catalog"
@@ -68,7 +69,12 @@ def _entries() -> dict[str, CatalogEntry]:
     for derived in extra["derived"]:
         base = entries[derived["base"].lower()]
         entries[derived["id"].lower()] = CatalogEntry(
-            derived["id"], base.config | derived["keys"], base.sources, None, derived["note"]
+            derived["id"],
+            base.config | derived["keys"],
+            base.sources,
+            None,
+            derived["note"],
+            is_derived=True,
         )
     return entries
 
@@ -77,18 +83,41 @@ def catalog_entries() -> list[CatalogEntry]:
     return sorted(_entries().values(), key=lambda e: e.model_id.lower())
 
 
-def _load_local(path: Path) -> ModelSpec:
-    config_path = path / "config.json" if path.is_dir() else path
-    if not config_path.is_file():
-        raise UnknownModelError(f"{path}: no config.json there")
+def _read_config(config_path: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{config_path}: not a readable JSON config ({exc})") from exc
     if not isinstance(config, dict):
         raise DataError(f"{config_path}: expected a JSON object")
+    return config
+
+
+def _with_checkpoint_bytes(spec: ModelSpec, folder: Path) -> ModelSpec:
+    from kvwise.core.safetensors_meta import local_checkpoint_bytes
+
+    return replace(spec, checkpoint_weight_bytes=local_checkpoint_bytes(folder, spec))
+
+
+def _load_local(path: Path) -> ModelSpec:
+    config_path = path / "config.json" if path.is_dir() else path
+    if not config_path.is_file():
+        raise UnknownModelError(f"{path}: no config.json there")
     name = path.name if path.is_dir() else path.parent.name or path.stem
-    return spec_from_config(config, name, source=str(config_path))
+    spec = spec_from_config(_read_config(config_path), name, source=str(config_path))
+    return _with_checkpoint_bytes(spec, config_path.parent)
+
+
+def _from_hf_cache(name: str) -> ModelSpec | None:
+    """`org/name` from the local Hugging Face cache, without the network."""
+    from kvwise.core.hf_cache import snapshot_dir
+
+    snapshot = snapshot_dir(name)
+    if snapshot is None:
+        return None
+    config_path = snapshot / "config.json"
+    spec = spec_from_config(_read_config(config_path), name, source=f"hf-cache:{config_path}")
+    return _with_checkpoint_bytes(spec, snapshot)
 
 
 def _find_in_catalog(name: str) -> CatalogEntry | None:
@@ -101,36 +130,13 @@ def _find_in_catalog(name: str) -> CatalogEntry | None:
     return by_tail.get(key.split("/")[-1])
 
 
-def _hub_reachable(timeout_s: float = 1.0) -> bool:
-    """One TCP connection to the hub; offline machines fail at DNS at once."""
-    import socket
+def _from_hub(name: str) -> ModelSpec:
+    """config.json and the weight size from the hub; UnknownModelError saying why not."""
+    from kvwise.core import hub
 
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
-
-
-def _from_hub(name: str) -> ModelSpec | None:
-    """config.json from the Hugging Face hub, when huggingface_hub is installed and reachable."""
-    if "/" not in name or os.environ.get("HF_HUB_OFFLINE") == "1":
-        return None
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        return None
-    if not _hub_reachable():
-        return None  # fail fast: the hub client would spend seconds in retries
-    try:
-        path = hf_hub_download(name, "config.json", etag_timeout=3)
-    except Exception:  # any hub failure means "not found online": fall through to the error
-        return None
-    try:
-        config = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return spec_from_config(config, name, source=f"hub:{name}")
+    config = hub.fetch_config(name)
+    spec = spec_from_config(config, name, source=f"hub:{hub.endpoint()}/{name}")
+    return replace(spec, checkpoint_weight_bytes=hub.fetch_checkpoint_bytes(name, spec))
 
 
 def closest_models(name: str, n: int = 3) -> list[str]:
@@ -145,19 +151,36 @@ def closest_models(name: str, n: int = 3) -> list[str]:
 
 
 def load_model(name: str) -> ModelSpec:
-    """Resolve a model argument: a path, a catalog id (with or without org), or a hub id."""
+    """Resolve a model argument, in this order: a local folder or config.json; `org/name` in the
+    local Hugging Face cache; a verbatim catalog copy of that config.json; the hub; any other
+    catalog entry (derived quantized variants, ids without the organisation)."""
     path = Path(name).expanduser()
     if path.exists():
         return _load_local(path)
-    entry = _find_in_catalog(name)
-    if entry is not None:
-        return entry.spec()
-    spec = _from_hub(name)
+    spec = _from_hf_cache(name)
     if spec is not None:
         return spec
+    entry = _find_in_catalog(name)
+    # A verbatim copy is what the hub would send: skip the round trip (cold start stays offline)
+    if entry is not None and not entry.is_derived and entry.model_id.lower() == name.lower():
+        return entry.spec()
+    hub_miss = "not an org/name id, the hub was not asked"
+    if name.count("/") == 1:
+        try:
+            return _from_hub(name)
+        except UnknownModelError as miss:
+            hub_miss = str(miss)
+    if entry is not None:
+        return entry.spec()
     close = closest_models(name)
     hint = f"; closest catalog entries: {', '.join(close)}" if close else ""
     raise UnknownModelError(
-        f"unknown model {name!r} (not a local path, not in the offline catalog, "
-        f"hub not reachable){hint}"
+        f"unknown model {name!r}: no such local path, not in the Hugging Face cache "
+        f"({_cache_dir_text()}), not in the offline catalog, hub: {hub_miss}{hint}"
     )
+
+
+def _cache_dir_text() -> str:
+    from kvwise.core.hf_cache import hub_cache_dir
+
+    return str(hub_cache_dir())

@@ -63,6 +63,8 @@ class ModelSpec:
     published_params: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    # the checkpoint's tensors as vLLM holds them (safetensors metadata), whole model; None: unread
+    checkpoint_weight_bytes: int | None = None
 
     @property
     def attention_layer_types(self) -> tuple[str, ...]:

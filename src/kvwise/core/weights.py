@@ -140,6 +140,29 @@ def weight_bytes_per_rank(
     `quant` defaults to the checkpoint's own quantization.
     """
     quant = quant if quant is not None else spec.quant
+    weights = _modelled_bytes_per_rank(spec, tp, pp, dtype_bytes, quant)
+    checkpoint_bytes = _checkpoint_bytes_held(spec, quant, dtype_bytes)
+    if checkpoint_bytes is not None:
+        # The checkpoint's real size, split across ranks the way the modelled layout splits.
+        weights *= checkpoint_bytes / _modelled_bytes_per_rank(spec, 1, 1, dtype_bytes, quant)
+    # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype
+    rotary = (rotary_cache_len or spec.max_position_embeddings) * spec.head_dim * dtype_bytes
+    return int(weights + rotary)
+
+
+def _checkpoint_bytes_held(
+    spec: ModelSpec, quant: QuantSpec | None, dtype_bytes: int
+) -> int | None:
+    """The checkpoint's bytes when vLLM holds its tensors as stored: not when it quantizes on
+    load (`quant` is not the checkpoint's own) or casts (fp32 checkpoints run as bf16)."""
+    if quant != spec.quant or dtype_bytes != spec.dtype_bytes:
+        return None
+    return spec.checkpoint_weight_bytes
+
+
+def _modelled_bytes_per_rank(
+    spec: ModelSpec, tp: int, pp: int, dtype_bytes: int, quant: QuantSpec | None
+) -> float:
     groups = param_groups(spec)
     vocab_rank = _pad(spec.vocab_size, VOCAB_PADDING) // tp
     embedding = vocab_rank * spec.hidden_size * dtype_bytes  # never quantized
@@ -148,12 +171,9 @@ def weight_bytes_per_rank(
     )  # unquantized too (lm_head_quantized off)
     linear = _linear_bytes_per_rank(spec, tp, quant, dtype_bytes)
     replicated = (groups.replicated + groups.vision) * dtype_bytes
-    # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype
-    rotary = (rotary_cache_len or spec.max_position_embeddings) * spec.head_dim * dtype_bytes
     if pp == 1:
-        return int(embedding + lm_head + linear + replicated + rotary)
+        return embedding + lm_head + linear + replicated
     # PP: layers split evenly (the first ranks take the remainder); embedding on the first rank,
     # lm_head on the last. Return the heaviest rank, which bounds the KV pool (min over ranks).
     layer_share = -(-spec.num_layers // pp) / spec.num_layers
-    layers_bytes = (linear + replicated) * layer_share + rotary
-    return int(layers_bytes + max(embedding, lm_head))
+    return (linear + replicated) * layer_share + max(embedding, lm_head)
