@@ -30,6 +30,13 @@ def _no_user_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
 
 
+@pytest.fixture(autouse=True)
+def _no_user_hf_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Nor may the models in a developer's Hugging Face cache: kvwise reads it before the
+    catalog. Tests that need a cache build one and point HF_HUB_CACHE at it."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _collect_garbage_per_module() -> Iterator[None]:
     """A socket or file a module leaves unclosed warns when the garbage collector finds it, and
