@@ -44,3 +44,28 @@ def test_figures_follow_vllm_bench_definitions() -> None:
     assert metrics["mean_itl_ms"] == pytest.approx((20 * 3 + 50) / 4)  # pooled over gaps
     assert metrics["median_itl_ms"] == pytest.approx(20.0)
     assert metrics["errors"] == {"HTTP 400: too long": 1}
+
+
+def test_a_run_whose_requests_all_failed_shows_n_a_not_zero_latencies() -> None:
+    from rich.console import Console
+
+    from kvwise.bench.report import terminal_report
+    from kvwise.bench.results import BenchResults, RunResult, ServerInfo
+
+    failed = [record(0.0, None, [], output_tokens=None, error="HTTP 400: too long")] * 3
+    metrics = summarize(failed)
+    assert metrics["completed"] == 0 and metrics["mean_ttft_ms"] is None
+    run = RunResult(max_concurrency=None, request_rate=None, metrics=metrics, requests=failed)
+    results = BenchResults(
+        date="2026-01-01T00:00:00+00:00",
+        kvwise_version="0",
+        server=ServerInfo(url="http://127.0.0.1:1", model="m"),
+        workload={},
+        seed=0,
+        tokenizer="estimate",
+        runs=[run],
+    )
+    console = Console(record=True, width=120)
+    terminal_report(results, console)
+    rows = {line.split()[1]: line for line in console.export_text().splitlines() if "_ms" in line}
+    assert "n/a" in rows["mean_ttft_ms"] and " 0 " not in rows["mean_ttft_ms"]

@@ -45,6 +45,8 @@ def level_x(run: RunResult) -> float:
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"  # nothing measured (every request failed)
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
@@ -120,7 +122,8 @@ def _html_table(results: BenchResults) -> str:
 
 def _by_concurrency(results: BenchResults, keys: tuple[str, ...], title: str, unit: str) -> str:
     """Figures against the concurrency cap: measured solid, simulated dashed (same colour)."""
-    runs = sorted(results.runs, key=level_x)
+    # a run with nothing measured (every request failed) has no point to draw
+    runs = sorted((r for r in results.runs if r.metrics["completed"]), key=level_x)
     xs = tuple(level_x(r) for r in runs)
     series = []
     for index, key in enumerate(keys):

@@ -29,6 +29,13 @@ COMPARED_KEYS = (
 )
 
 
+def _latency(values_s: list[float], name: str) -> dict[str, float | None]:
+    """vLLM bench's keys for one latency; None (shown as n/a) when nothing was measured, so
+    a run whose requests all failed never reads as a 0 ms latency."""
+    stats = stats_ms(values_s, name, (90, 99))
+    return {key: (value if values_s else None) for key, value in stats.items()}
+
+
 def summarize(records: list[RequestRecord]) -> dict[str, Any]:
     done = [r for r in records if r.is_ok]
     start_s = min((r.sent_s for r in records), default=0.0)
@@ -38,11 +45,10 @@ def summarize(records: list[RequestRecord]) -> dict[str, Any]:
     output_tokens = sum(r.output_tokens or 0 for r in done)
     metrics: dict[str, Any] = totals(len(done), duration, input_tokens, output_tokens)
     metrics = {"completed": len(done), "failed": len(records) - len(done)} | metrics
-    shown = (90, 99)
-    metrics |= stats_ms([r.ttft_s for r in done if r.ttft_s is not None], "ttft", shown)
-    metrics |= stats_ms([t for t in (r.tpot_s for r in done) if t is not None], "tpot", shown)
-    metrics |= stats_ms([gap for r in done for gap in r.itl_s], "itl", shown)
-    metrics |= stats_ms([r.e2el_s for r in done], "e2el", shown)
+    metrics |= _latency([r.ttft_s for r in done if r.ttft_s is not None], "ttft")
+    metrics |= _latency([t for t in (r.tpot_s for r in done) if t is not None], "tpot")
+    metrics |= _latency([gap for r in done for gap in r.itl_s], "itl")
+    metrics |= _latency([r.e2el_s for r in done], "e2el")
     cached = [r.cached_tokens for r in done if r.cached_tokens is not None]
     if cached:
         metrics["total_cached_tokens"] = sum(cached)
