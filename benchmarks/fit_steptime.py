@@ -4,7 +4,7 @@
 
 Training points: sub-saturation cases not held out (one sweep group in three is held out, see
 `Case.is_held_out`). Each round simulates every training case with the current coefficients,
-turns its measured figures into linear rows (`kvwise.sim.fit.targets`) and refits: one set on
+turns its measured figures into linear rows (`tests/sim/fit.py: targets`) and refits: one set on
 all GPUs, then a set per GPU with enough points, shrunk towards the all-GPU set. `--write`
 stores the result in src/kvwise/sim/coefficients.py.
 """
@@ -20,8 +20,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kvwise.sim.coefficients import profile_keys
-from kvwise.sim.fidelity import Case, load_cases, run_case
-from kvwise.sim.fit import Target, blend, fit_coefficients, targets
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/sim
+
+from tests.sim.fidelity import Case, load_cases, run_case
+from tests.sim.fit import Target, blend, fit_coefficients, targets
+
 from kvwise.sim.steptime import StepTimeCoefficients
 
 DEFAULT_DATA = str(

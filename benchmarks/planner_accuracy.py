@@ -24,7 +24,7 @@ from tests.planner.accuracy import (
     load,
     out_of_sample_files,
     report_lines,
-    score,
+    score_all,
 )
 
 
@@ -33,7 +33,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="machine-readable figures")
     args = parser.parse_args()
     sets = {"in-sample": IN_SAMPLE, "out-of-sample": out_of_sample_files()}
-    scored = {label: [score(r) for r in load(paths)] for label, paths in sets.items()}
+    scored = {label: score_all(load(paths)) for label, paths in sets.items()}
     if args.json:
         out = {
             label: {

@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from kvwise.sim.fidelity import evaluate, report_lines
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/sim
+
+from tests.sim.fidelity import evaluate, report_lines
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"

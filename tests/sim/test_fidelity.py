@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvwise.sim.fidelity import BARS, evaluate, report_lines
+from tests.sim.fidelity import BARS, evaluate, report_lines
 
 DATA = Path(__file__).resolve().parents[1] / "data/validation/serving_benchmarks.jsonl"
 

@@ -10,10 +10,10 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
 from kvwise.sim.deploy import deployment
-from kvwise.sim.fit import blend, fit_coefficients, targets
 from kvwise.sim.runner import simulate
 from kvwise.sim.steptime import StepTimeCoefficients
 from kvwise.sim.workloads import WorkloadSpec
+from tests.sim.fit import blend, fit_coefficients, targets
 
 FIGURES = ("mean_tpot_ms", "median_ttft_ms", "mean_ttft_ms", "mean_e2el_ms", "output_throughput")
 

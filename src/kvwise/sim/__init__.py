@@ -11,11 +11,9 @@ Layers (entities, scheduler, cost model and workload kept apart):
     arrivals.py         requests on their way to the engine, by arrival time
     steptime.py         step time as a linear combination of roofline basis terms
     coefficients.py     the fitted step-time coefficients (benchmarks/fit_steptime.py)
-    fit.py              fitting coefficients from measured latencies (also for `kvwise calibrate`)
     workloads.py        workloads shared with `kvwise bench` (random, sharegpt, agent, ...)
     runner.py           the clients, and `simulate()`
     deploy.py           model + GPU + vLLM flags -> a simulated replica, through the planner
-    fidelity*.py        the simulator against real serving measurements
 
 Public API, for the CLI and for callers such as a flag recommender:
 

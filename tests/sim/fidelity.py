@@ -146,7 +146,7 @@ def gpu_name(text: str) -> str:
 
 
 def load_cases(path: str | Path) -> tuple[list[Case], list[Skipped]]:
-    from kvwise.sim.fidelity_cases import case_from_record  # the per-source readers
+    from tests.sim.fidelity_cases import case_from_record  # the per-source readers
 
     records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     capacities = {r["id"]: r for r in records if r.get("kind") == "kv_capacity"}

@@ -11,8 +11,8 @@ from typing import Any
 
 from kvwise.core.flags import VllmFlags
 from kvwise.errors import KvwiseError
-from kvwise.sim.fidelity import Case, Measured, Skipped, gpu_name, model_spec
 from kvwise.sim.workloads import WorkloadSpec
+from tests.sim.fidelity import Case, Measured, Skipped, gpu_name, model_spec
 
 # IOG serves "--max-model-len as needed" (not recorded): ShareGPT requests stay under 2048
 # tokens, so any length that starts works; 8192 (or the model's own limit) is assumed.
