@@ -56,6 +56,7 @@ DRIVER_NAMES = [
     ("NVIDIA L40", "l40", 48),
     ("NVIDIA L40S", "l40s", 48),
     ("NVIDIA H20", "h20", 96),
+    ("NVIDIA H800", "h800", 80),  # vllm-project/vllm#6737 collect_env
     ("NVIDIA H100 80GB HBM3", "h100-sxm", 80),  # vllm-project/vllm#55169 nvidia-smi
     ("NVIDIA H100 PCIe", "h100-pcie", 80),
     ("NVIDIA H100 NVL", "h100-nvl", 94),  # akash-network/provider-configs#91
@@ -174,7 +175,12 @@ def test_near_miss_names_never_cross(name: str, not_key: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["NVIDIA GeForce RTX 4090 D", "RTX 4050", "NVIDIA H800", "Arcturus GL-XL [AMD Instinct MI100]"],
+    [
+        "NVIDIA GeForce RTX 4090 D",
+        "RTX 4050",
+        "NVIDIA A800-SXM4-80GB",
+        "Arcturus GL-XL [AMD Instinct MI100]",
+    ],
 )
 def test_an_unknown_card_is_refused_with_suggestions_only(name: str) -> None:
     with pytest.raises(UnknownGpuError, match=r"unknown GPU .*--gpu-memory-gib"):
