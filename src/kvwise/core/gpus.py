@@ -36,8 +36,13 @@ class GpuSpec:
         return self.fp8_flops is not None
 
     @property
+    def is_rocm(self) -> bool:
+        """An AMD card: `compute_capability` holds its gfx target, not a CUDA version."""
+        return self.compute_capability.startswith("gfx")
+
+    @property
     def supports_bf16(self) -> bool:
-        if self.compute_capability.startswith("gfx"):
+        if self.is_rocm:
             return True  # every ROCm target vLLM builds for (gfx90a and newer) has bf16
         return float(self.compute_capability) >= 8.0  # CUDA: Ampere (8.0) or newer
 
