@@ -51,6 +51,7 @@ DRIVER_NAMES = [
     ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm", 80),
     ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie", 40),
     ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie", 80),
+    ("NVIDIA A800-SXM4-80GB", "a800-80gb-sxm", 80),
     ("NVIDIA L4", "l4", 24),
     ("NVIDIA L20", "l20", 48),
     ("NVIDIA L40", "l40", 48),
@@ -132,6 +133,7 @@ def test_what_users_type(typed: str, key: str) -> None:
         ("A100", {"a100-40gb-pcie", "a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm"}),
         ("V100", {"v100-16gb-sxm2", "v100-32gb-sxm2", "v100-16gb-pcie", "v100-32gb-pcie"}),
         ("GH200", {"gh200-96gb", "gh200-144gb"}),
+        ("A800", {"a800-40gb-pcie", "a800-80gb-pcie", "a800-80gb-sxm"}),
         ("MI300", {"mi300x", "mi300a"}),
         ("gfx942", {"mi300x", "mi300a", "mi325x"}),
         ("RTX 6000", {"quadro-rtx6000", "rtx6000ada"}),
@@ -166,6 +168,8 @@ def test_a_name_of_several_memory_sizes_asks_for_the_memory(name: str, choices: 
         ("NVIDIA GeForce RTX 4070 Ti SUPER", "rtx4070ti"),
         ("NVIDIA H100 NVL", "h100-sxm"),
         ("NVIDIA A10", "a10g"),
+        ("NVIDIA A800-SXM4-80GB", "a100-80gb-sxm"),
+        ("NVIDIA A100-SXM4-80GB", "a800-80gb-sxm"),
         ("NVIDIA L40", "l40s"),
     ],
 )
@@ -178,7 +182,7 @@ def test_near_miss_names_never_cross(name: str, not_key: str) -> None:
     [
         "NVIDIA GeForce RTX 4090 D",
         "RTX 4050",
-        "NVIDIA A800-SXM4-80GB",
+        "NVIDIA GeForce GTX 1080 Ti",
         "Arcturus GL-XL [AMD Instinct MI100]",
     ],
 )
@@ -192,9 +196,12 @@ def test_unknown_gpu_suggests_close_keys() -> None:
         find_gpu("rtx4091")
 
 
-def test_a_memory_size_that_no_variant_has_is_refused() -> None:
-    with pytest.raises(UnknownGpuError, match="no 48 GB card"):
-        find_gpu("RTX 4090 48GB")
+@pytest.mark.parametrize(
+    ("name", "size"), [("RTX 4090 48GB", 48), ("NVIDIA H100 SXM5 64GB", 64), ("A100 96GB", 96)]
+)
+def test_a_memory_size_that_no_variant_has_is_refused(name: str, size: int) -> None:
+    with pytest.raises(UnknownGpuError, match=f"no {size} GB card"):
+        find_gpu(name)
 
 
 def test_gpu_memory_gib_picks_the_variant_and_sets_the_memory() -> None:
