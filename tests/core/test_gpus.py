@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import resources
+from typing import Any
 
 import pytest
 
@@ -81,6 +83,10 @@ DRIVER_NAMES = [
     ("AMD Radeon PRO W7900", "w7900", 48),
     ("AMD Radeon RX 7900 XTX", "rx7900xtx", 24),
 ]
+
+
+def _raw_catalog() -> dict[str, Any]:
+    return dict(json.loads(resources.files("kvwise.core").joinpath("data/gpus.json").read_text()))
 
 
 @pytest.mark.parametrize(("driver_name", "key", "memory_gb"), DRIVER_NAMES)
@@ -222,9 +228,7 @@ def test_an_ambiguous_name_on_the_command_line_is_one_line_and_exit_2(
 
 
 def test_every_entry_states_its_sources_and_sane_figures() -> None:
-    from importlib import resources
-
-    raw = json.loads(resources.files("kvwise.core").joinpath("data/gpus.json").read_text())
+    raw = _raw_catalog()
     for entry in raw["gpus"]:
         assert entry["source"].startswith("https://"), entry["key"]
         assert entry["memory_source"], entry["key"]
@@ -234,10 +238,10 @@ def test_every_entry_states_its_sources_and_sane_figures() -> None:
     assert len({e["key"] for e in raw["gpus"]}) == len(raw["gpus"])
 
 
-def test_every_key_resolves_to_its_own_entry() -> None:
-    for gpu in list_gpus():
-        assert find_gpu(gpu.key).key == gpu.key
-        assert find_gpu(gpu.name).key == gpu.key
+def test_every_key_name_and_alias_resolves_to_its_own_entry() -> None:
+    for entry in _raw_catalog()["gpus"]:
+        for spelling in [entry["key"], entry["name"], *entry["aliases"]]:
+            assert find_gpu(spelling).key == entry["key"], spelling
 
 
 def test_gpus_listing_piped_at_60_columns_keeps_every_key_whole(
