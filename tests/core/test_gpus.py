@@ -117,6 +117,7 @@ def test_driver_names_resolve_to_their_card_and_memory(
         ("H100 SXM", "h100-sxm"),
         ("GH200 144GB", "gh200-144gb"),
         ("RTX 6000 Ada", "rtx6000ada"),
+        ("A6000", "rtx-a6000"),
         ("DGX Spark", "gb10"),
         ("NVIDIA DGX Spark (GB10)", "gb10"),  # a pasted remark in parentheses
         ("7900 XTX", "rx7900xtx"),
@@ -143,6 +144,7 @@ def test_what_users_type(typed: str, key: str) -> None:
         ("MI300", {"mi300x", "mi300a"}),
         ("gfx942", {"mi300x", "mi300a", "mi325x"}),
         ("RTX 6000", {"quadro-rtx6000", "rtx6000ada"}),
+        ("A2000", {"rtx-a2000-6gb", "rtx-a2000-12gb"}),
     ],
 )
 def test_a_name_of_several_memory_sizes_asks_for_the_memory(name: str, choices: set[str]) -> None:
