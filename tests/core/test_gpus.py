@@ -278,3 +278,24 @@ def test_amd_cards_run_bf16() -> None:
 def test_detection_without_nvml_or_driver_finds_nothing() -> None:
     # CI machines have no GPU: detection must return [] rather than fail
     assert detect_gpus() == []
+
+
+@pytest.mark.parametrize(
+    ("query", "keys"),
+    [
+        ("a100", {"a100-40gb-pcie", "a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm"}),
+        ("4060 Ti", {"rtx4060ti-8gb", "rtx4060ti-16gb"}),
+        ("NVIDIA H100 80GB HBM3", {"h100-sxm"}),
+        ("gh200", {"gh200-96gb", "gh200-144gb"}),
+    ],
+)
+def test_gpus_query_shows_which_key_is_my_card(
+    query: str, keys: set[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["gpus", query, "--json"]) == 0
+    assert {row["key"] for row in json.loads(capsys.readouterr().out)} == keys
+
+
+def test_gpus_query_for_no_card_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gpus", "GTX 1080 Ti"]) == 2
+    assert "unknown GPU" in capsys.readouterr().err

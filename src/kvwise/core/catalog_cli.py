@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvwise.core.catalog import catalog_entries
-from kvwise.core.gpus import GpuSpec, list_gpus
+from kvwise.core.gpu_names import normalize
+from kvwise.core.gpus import GpuSpec, find_gpu, list_gpus
 from kvwise.core.weights import count_params
 from kvwise.errors import KvwiseError, UsageError
 
@@ -99,8 +100,21 @@ def _columns_that_fit(cells: list[list[str]], width: int) -> int:
     return max(count, 1)
 
 
-def _gpus(as_json: bool) -> int:
+def _matching(query: str | None) -> list[GpuSpec]:
+    """Every card whose key or name contains QUERY ('a100', '4060'), else the one card a driver
+    name resolves to ('NVIDIA H100 80GB HBM3'), else the lookup's one-line refusal."""
     gpus = list_gpus()
+    if not query:
+        return gpus
+    wanted = normalize(query)
+    found = [
+        g for g in gpus if wanted and (wanted in normalize(g.key) or wanted in normalize(g.name))
+    ]
+    return found or [find_gpu(query)]
+
+
+def _gpus(as_json: bool, query: str | None = None) -> int:
+    gpus = _matching(query)
     if as_json:
         print(json.dumps([_gpu_row(g) for g in gpus], indent=2))
         return 0
@@ -131,5 +145,12 @@ class _Parser(argparse.ArgumentParser):
 def run(name: str, argv: list[str]) -> int:
     parser = _Parser(prog=f"kvwise {name}")
     parser.add_argument("--json", action="store_true")
+    if name == "gpus":
+        parser.add_argument(
+            "query",
+            nargs="?",
+            help="only the cards whose key or name contains this ('a100', '4060'), or the one "
+            "a driver name resolves to ('NVIDIA H100 80GB HBM3')",
+        )
     args = parser.parse_args(argv)
-    return _models(args.json) if name == "models" else _gpus(args.json)
+    return _models(args.json) if name == "models" else _gpus(args.json, args.query)
