@@ -121,6 +121,15 @@ def test_driver_names_resolve_to_their_card_and_memory(
         ("DGX Spark", "gb10"),
         ("NVIDIA DGX Spark (GB10)", "gb10"),  # a pasted remark in parentheses
         ("7900 XTX", "rx7900xtx"),
+        ("2x RTX 3090", "rtx3090"),  # a count of cards is not part of the name
+        ("4xH100", "h100-sxm"),
+        ("NVIDIA A100 80GB x2", "a100-80gb-sxm"),
+        # nvidia-smi --query-gpu=name,memory.total: the measured total picks the variant
+        ("NVIDIA GeForce RTX 4080, 16376 MiB", "rtx4080"),
+        ("NVIDIA GeForce RTX 3060, 12288 MiB", "rtx3060-12gb"),
+        ("NVIDIA GeForce RTX 4060 Ti, 8188 MiB", "rtx4060ti-8gb"),
+        ("Tesla T4, 15360 MiB", "t4"),
+        ("NVIDIA A100-PCIE-40GB, 40960 MiB", "a100-40gb-pcie"),
         ("V100 32GB", "v100-32gb-sxm2"),
     ],
 )

@@ -32,8 +32,11 @@ FILLER_WORDS = frozenset(
     {"nvidia", "geforce", "tesla", "amd", "instinct", "radeon", "gpu", "graphics", "tm", "r"}
 )
 _MEMORY = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)\s*(?:gb|gib|g)(?![a-z0-9])")
+_MEBIBYTES = re.compile(r"(?<![a-z0-9.])(\d+)\s*mib(?![a-z0-9])", re.IGNORECASE)
 _PARENTHESES = re.compile(r"\([^()]*\)")
 _BRACKETS = re.compile(r"\[([^\[\]]+)\]")
+# a count of cards: "2x RTX 3090", "4xH100", "8 x A100", "A100 80GB x2" (never the x of "XTX")
+_COUNT = re.compile(r"^\s*\d+\s*[x×*]\s+|^\s*\d+[x×*](?=[a-z])|\s+[x×*]\s*\d+\s*$", re.IGNORECASE)
 
 
 def normalize(name: str) -> str:
@@ -54,12 +57,23 @@ def split_memory(name: str) -> tuple[str, float | None]:
 def _without_remarks(name: str) -> str:
     """The product name alone: lspci and rocm-smi bracket it ("GH100 [H200 SXM 141GB]",
     "Arcturus GL-XL [AMD Instinct MI100]"); torch and users add remarks in parentheses
-    ("AMD Instinct MI300X (gfx942:sramecc+:xnack-)", "NVIDIA DGX Spark (GB10)")."""
+    ("AMD Instinct MI300X (gfx942:sramecc+:xnack-)", "NVIDIA DGX Spark (GB10)"); users add a
+    count ("2x RTX 3090")."""
     bracketed = _BRACKETS.search(name)
     text = bracketed.group(1) if bracketed else name
     while _PARENTHESES.search(text):
         text = _PARENTHESES.sub(" ", text)
+    text = _COUNT.sub(" ", text)
     return text if normalize(text) else name.replace("(", " ").replace(")", " ")
+
+
+def split_measured_total(name: str) -> tuple[str, float | None]:
+    """A total in MiB, as `nvidia-smi --query-gpu=name,memory.total` prints it after the name
+    ("NVIDIA GeForce RTX 4080, 16376 MiB"), in GiB; it narrows like --gpu-memory-gib."""
+    found = _MEBIBYTES.search(name)
+    if found is None:
+        return name, None
+    return name[: found.start()] + " " + name[found.end() :], int(found.group(1)) / 1024
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,8 @@ class NameIndex:
     groups: dict[str, tuple[int, ...]]  # normalized name less memory size -> entries
 
     def find(self, name: str, memory_gib: float | None = None) -> dict[str, Any]:
-        cleaned = _without_remarks(name)
+        cleaned, measured_gib = split_measured_total(_without_remarks(name))
+        memory_gib = memory_gib if memory_gib is not None else measured_gib
         wanted = normalize(cleaned)
         if not wanted:
             raise UnknownGpuError("empty GPU name")
