@@ -1,14 +1,14 @@
-"""GPU specs: the catalog (`data/gpus.json`), lenient name matching, and NVML detection."""
+"""GPU specs: the catalog (`data/gpus.json`), lookup by any driver name, and NVML detection."""
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from typing import Any
 
+from kvwise.core.gpu_names import NameIndex, build_index
 from kvwise.errors import InvalidFlagError, UnknownGpuError, UsageError
 
 GIB = 2**30
@@ -21,10 +21,11 @@ class GpuSpec:
     bandwidth_bytes_s: float
     bf16_flops: float  # dense tensor-core FLOP/s
     fp8_flops: float | None  # None: no FP8 tensor cores
-    compute_capability: str = "8.0"
+    compute_capability: str = "8.0"  # CUDA sm version, or the gfx target on AMD ("gfx942")
     interconnect_bytes_s: float = 32e9  # per-direction GPU-to-GPU bandwidth (PCIe or NVLink)
     free_bytes: int | None = None  # measured free memory (NVML), when known
     memory_source: str = ""
+    key: str = ""  # what --gpu takes for this catalog entry ("" for a card known only by size)
 
     @property
     def memory_gib(self) -> float:
@@ -35,33 +36,40 @@ class GpuSpec:
         return self.fp8_flops is not None
 
     @property
+    def is_rocm(self) -> bool:
+        """An AMD card: `compute_capability` holds its gfx target, not a CUDA version."""
+        return self.compute_capability.startswith("gfx")
+
+    @property
     def supports_bf16(self) -> bool:
-        # bf16 needs compute capability 8.0 (Ampere) or newer
-        return float(self.compute_capability) >= 8.0
-
-
-def _normalize(name: str) -> str:
-    text = name.lower().replace("nvidia", "").replace("geforce", "").replace("tesla", "")
-    return re.sub(r"[^a-z0-9]", "", text)
+        if self.is_rocm:
+            return True  # every ROCm target vLLM builds for (gfx90a and newer) has bf16
+        return float(self.compute_capability) >= 8.0  # CUDA: Ampere (8.0) or newer
 
 
 @cache
-def _catalog() -> tuple[dict[str, object], ...]:
+def _catalog() -> tuple[dict[str, Any], ...]:
     raw = resources.files("kvwise.core").joinpath("data/gpus.json").read_text()
     return tuple(json.loads(raw)["gpus"])
 
 
-def _from_entry(entry: dict[str, object]) -> GpuSpec:
-    fp8 = entry.get("fp8_tflops")
+@cache
+def _index() -> NameIndex:
+    return build_index(_catalog())
+
+
+def _from_entry(entry: dict[str, Any]) -> GpuSpec:
+    fp8 = entry["fp8_tflops"]
     return GpuSpec(
         name=str(entry["name"]),
-        memory_bytes=int(float(str(entry["memory_gib"])) * GIB),
-        bandwidth_bytes_s=float(str(entry["bandwidth_gb_s"])) * 1e9,
-        bf16_flops=float(str(entry["bf16_tflops"])) * 1e12,
-        fp8_flops=None if fp8 is None else float(str(fp8)) * 1e12,
+        memory_bytes=int(float(entry["memory_gib"]) * GIB),
+        bandwidth_bytes_s=float(entry["bandwidth_gb_s"]) * 1e9,
+        bf16_flops=float(entry["bf16_tflops"]) * 1e12,
+        fp8_flops=None if fp8 is None else float(fp8) * 1e12,
         compute_capability=str(entry["compute_capability"]),
-        interconnect_bytes_s=float(str(entry.get("interconnect_gb_s", 32))) * 1e9,
-        memory_source=str(entry.get("memory_source", "")),
+        interconnect_bytes_s=float(entry["interconnect_gb_s"]) * 1e9,
+        memory_source=str(entry["memory_source"]),
+        key=str(entry["key"]),
     )
 
 
@@ -69,33 +77,12 @@ def list_gpus() -> list[GpuSpec]:
     return [_from_entry(entry) for entry in _catalog()]
 
 
-def _keys(entry: dict[str, object]) -> list[str]:
-    aliases = entry.get("aliases") or []
-    assert isinstance(aliases, list)
-    return [_normalize(str(entry["name"]))] + [_normalize(str(a)) for a in aliases]
-
-
-def find_gpu(name: str) -> GpuSpec:
-    """Match a catalog GPU leniently: `rtx4090`, `NVIDIA GeForce RTX 4090`, `H100-PCIe-80GB`."""
-    wanted = _normalize(name)
-    if not wanted:
-        raise UnknownGpuError("empty GPU name")
-    by_key = {key: entry for entry in _catalog() for key in _keys(entry)}
-    if wanted in by_key:
-        return _from_entry(by_key[wanted])
-    # Longest alias contained in the given name: "h100pcie80gbhbm2e" -> "h100pcie"; short
-    # aliases ("l4") only as a prefix, so "l44cards" is an L4 but "a100l4x" is not
-    contained = [
-        key for key in by_key if (len(key) >= 3 and key in wanted) or wanted.startswith(key)
-    ]
-    if contained:
-        return _from_entry(by_key[max(contained, key=len)])
-    close = difflib.get_close_matches(wanted, list(by_key), n=3, cutoff=0.5)
-    names = sorted({str(by_key[k]["name"]) for k in close}) or [str(e["name"]) for e in _catalog()]
-    raise UnknownGpuError(
-        f"unknown GPU {name!r}; closest catalog entries: {', '.join(names)} "
-        "(or give --gpu-memory-gib for any other card)"
-    )
+def find_gpu(name: str, memory_gib: float | None = None) -> GpuSpec:
+    """The catalog GPU a driver or a user names: `rtx4090`, `NVIDIA GeForce RTX 4090`,
+    `NVIDIA A100-SXM4-40GB`, `AMD Instinct MI300X`. A name that fits cards of several memory
+    sizes ("A100") is narrowed by `memory_gib` (the total the caller knows), else refused with
+    the choices (see `kvwise.core.gpu_names`)."""
+    return _from_entry(_index().find(name, memory_gib))
 
 
 def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
@@ -104,6 +91,7 @@ def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
         raise InvalidFlagError(f"--gpu-memory-gib must be positive, got {memory_gib}")
     base = like or find_gpu("rtx4090")
     name = base.name if like else f"custom {memory_gib:g} GiB"
+    key = base.key if like else ""
     return GpuSpec(
         name=name,
         memory_bytes=int(memory_gib * GIB),
@@ -113,6 +101,7 @@ def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
         compute_capability=base.compute_capability,
         interconnect_bytes_s=base.interconnect_bytes_s,
         memory_source="--gpu-memory-gib",
+        key=key,
     )
 
 
@@ -126,7 +115,7 @@ def resolve_gpu(
     """The GPU a command's --gpu / --gpu-memory-gib / --gpu-free-gib name, or the one NVML
     finds here when none is named (with `detect`)."""
     if name:
-        gpu = find_gpu(name)
+        gpu = find_gpu(name, memory_gib)  # the memory size picks among variants ("A100")
         if memory_gib:
             gpu = custom_gpu(memory_gib, like=gpu)
     elif memory_gib:
@@ -170,7 +159,7 @@ def detect_gpus() -> list[GpuSpec]:
             name = name.decode() if isinstance(name, bytes) else str(name)
             info = pynvml.nvmlDeviceGetMemoryInfo(handle)
             try:
-                base = find_gpu(name)
+                base = find_gpu(name, info.total / GIB)  # the total tells variants apart
             except UnknownGpuError:
                 base = custom_gpu(info.total / GIB)
             found.append(
@@ -184,6 +173,7 @@ def detect_gpus() -> list[GpuSpec]:
                     interconnect_bytes_s=base.interconnect_bytes_s,
                     free_bytes=int(info.free),
                     memory_source="NVML",
+                    key=base.key,
                 )
             )
         return found
