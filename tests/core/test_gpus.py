@@ -308,3 +308,21 @@ def test_gpus_query_shows_which_key_is_my_card(
 def test_gpus_query_for_no_card_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gpus", "GTX 1080 Ti"]) == 2
     assert "unknown GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA L40S 46GB", "l40s"),  # nvidia-smi's 46068 MiB, rounded by the user
+        ("RTX 3080 12GB", "rtx3080-12gb"),
+        ("RTX 3080 10GB", "rtx3080-10gb"),
+        ("A100 80GB", "a100-80gb-sxm"),
+    ],
+)
+def test_a_size_in_the_name_may_be_the_gib_a_tool_showed(name: str, key: str) -> None:
+    assert find_gpu(name).name == find_gpu(key).name
+
+
+def test_a_size_no_variant_is_near_is_refused_with_the_choices() -> None:
+    with pytest.raises(UnknownGpuError, match="a100"):
+        find_gpu("A100 60GB")

@@ -7,19 +7,25 @@ Two sets, never mixed:
   were set and never used to fit or tune anything (each record names its source).
 
 A record is read the way a user would run kvwise on it: the model id as written (a local path is
-cut to its last one or two parts, as a user would type the hub id), the GPU name as the log or the
-user states it, the flags as stated, and the release as stated (else one of the engine generation
-the log format shows). Nothing is mapped per record. A record that cannot be planned is counted
-with the planner's own one-line reason; none is dropped silently.
+cut to its last one or two parts, as a user would type the hub id; `unseen/model_ids.json` names
+the hub repo where the record's own thread shows which one a local path was), the GPU name as the
+log or the user states it, the flags as stated, and the release as stated (else one of the engine
+generation the log format shows). A user has the hub; the tests are offline, so the hub is
+emulated by a Hugging Face cache of the published config.json files (tests/data/hub_cache, each
+with its source). A record that cannot be planned is counted with the planner's own one-line
+reason; none is dropped silently.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ from kvwise.errors import KvwiseError
 from kvwise.planner import plan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
+HUB_CACHE = Path(__file__).resolve().parents[1] / "data" / "hub_cache"
 IN_SAMPLE = (DATA / "vllm_startup_logs.jsonl",)
 ENGINE_VERSIONS = {"V0": "0.6.4", "V1": "0.19.0"}
 
@@ -53,6 +60,27 @@ FAMILIES = (
     ((0, 11, 0), "0.11-0.19 (V1)"),
     ((0, 20, 0), "0.20-0.33 (V1)"),
 )
+
+
+@contextmanager
+def emulated_hub() -> Iterator[None]:
+    """The hub as an offline Hugging Face cache of published configs (HF_HUB_OFFLINE=1)."""
+    saved = {name: os.environ.get(name) for name in ("HF_HUB_CACHE", "HF_HUB_OFFLINE")}
+    os.environ["HF_HUB_CACHE"], os.environ["HF_HUB_OFFLINE"] = str(HUB_CACHE), "1"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@cache
+def _hub_ids() -> dict[str, str]:
+    path = DATA / "unseen" / "model_ids.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def out_of_sample_files() -> tuple[Path, ...]:
@@ -122,9 +150,11 @@ def _model_argument(written: str) -> str:
 
 
 def _gpu(record: dict[str, Any]) -> GpuSpec:
-    gpu = find_gpu(_plain(record.get("gpu") or ""))
-    if record.get("gpu_total_gib"):
-        gpu = custom_gpu(record["gpu_total_gib"], like=gpu)
+    # the total vLLM logged narrows a family name ("NVIDIA A100") as it would for a user
+    total = record.get("gpu_total_gib")
+    gpu = find_gpu(_plain(record.get("gpu") or ""), total)
+    if total:
+        gpu = custom_gpu(total, like=gpu)
     free = _free_gib(record)
     if free is not None:
         # another process held memory: the free figure is the situation NVML would report
@@ -188,8 +218,9 @@ def score(record: dict[str, Any]) -> Scored:
         return Scored(**base, reason="the log does not name the model")
     if not record.get("gpu"):
         return Scored(**base, reason="the log does not name the GPU")
+    written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
-        model = load_model(_model_argument(record["model"]))
+        model = load_model(written)
         result = plan(model, _gpu(record), _flags(record), vllm_version=version)
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
@@ -203,6 +234,11 @@ def score(record: dict[str, Any]) -> Scored:
         is_verdict_right=_verdict(record, result.starts, kind),
         predicted=kind or "starts",
     )
+
+
+def score_all(records: list[dict[str, Any]]) -> list[Scored]:
+    with emulated_hub():
+        return [score(r) for r in records]
 
 
 @dataclass(frozen=True)

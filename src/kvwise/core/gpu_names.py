@@ -39,6 +39,9 @@ _BRACKETS = re.compile(r"\[([^\[\]]+)\]")
 _COUNT = re.compile(r"^\s*\d+\s*[x×*]\s+|^\s*\d+[x×*](?=[a-z])|\s+[x×*]\s*\d+\s*$", re.IGNORECASE)
 
 
+SIZE_TOLERANCE = 0.1  # a size in a name may be GB or GiB, rounded: 48 GB is 44.7 GiB
+
+
 def normalize(name: str) -> str:
     """Lower case, filler words dropped, only letters and digits: "NVIDIA A10G" -> "a10g"."""
     words = re.split(r"[^a-z0-9]+", name.lower())
@@ -106,7 +109,7 @@ class NameIndex:
     ) -> int:
         left = found
         if memory_gb is not None:
-            left = tuple(i for i in found if float(self.entries[i]["memory_gb"]) == memory_gb)
+            left = self._by_stated_size(found, memory_gb)
             if not left:
                 raise UnknownGpuError(
                     f"no {memory_gb:g} GB card named {name!r} in the catalog; "
@@ -118,6 +121,19 @@ class NameIndex:
         if len(left) == 1:
             return left[0]
         return self._preferred(name, left)
+
+    def _by_stated_size(self, found: tuple[int, ...], size: float) -> tuple[int, ...]:
+        """The cards a size in a name means: the marketed GB ("48GB"), or the GiB a tool showed
+        ("L40S 46GB" from nvidia-smi's 46068 MiB), within SIZE_TOLERANCE; the nearest wins."""
+        gap = {
+            i: min(
+                abs(float(self.entries[i]["memory_gb"]) - size),
+                abs(float(self.entries[i]["memory_gib"]) - size),
+            )
+            for i in found
+        }
+        near = {i: g for i, g in gap.items() if g <= SIZE_TOLERANCE * size}
+        return tuple(i for i, g in near.items() if g == min(near.values()))
 
     def _preferred(self, name: str, left: tuple[int, ...]) -> int:
         sizes = {self.entries[i]["memory_gb"] for i in left}
