@@ -35,10 +35,10 @@ def test_gemma3_alternates_five_sliding_layers_with_one_global() -> None:
     assert types.count(FULL) == 10 and spec.sliding_window == 1024
 
 
-def test_unknown_architecture_is_refused_not_guessed() -> None:
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168}
-    with pytest.raises(UnsupportedModelError, match="not modelled"):
-        spec_from_config(config, "deepseek-ai/DeepSeek-V3")
+def test_unknown_architecture_is_refused_in_one_line_naming_it() -> None:
+    config = {"architectures": ["RwkvForCausalLM"], "hidden_size": 4096}
+    with pytest.raises(UnsupportedModelError, match="architecture RwkvForCausalLM is not modelled"):
+        spec_from_config(config, "RWKV/rwkv-4-world-7b")
 
 
 def test_local_config_json_and_directory(tmp_path: Path) -> None:
@@ -68,3 +68,34 @@ def test_broken_local_config_is_a_data_error(tmp_path: Path) -> None:
 def test_unknown_model_names_the_closest_catalog_entries() -> None:
     with pytest.raises(UnknownModelError, match=r"Qwen/Qwen2\.5-7B-Instruct"):
         load_model("Qwen/Qwen2.5-7B-Instrct")
+
+
+def test_gpt_oss_reads_its_window_sinks_and_mxfp4_experts() -> None:
+    spec = load_model("openai/gpt-oss-20b")
+    assert spec.attention_layer_types[:2] == (SLIDING, FULL) and spec.sliding_window == 128
+    assert spec.has_attention_sinks and spec.quant is None  # attention and router stay bf16
+    assert spec.moe is not None and spec.moe.expert_quant is not None
+    assert spec.moe.expert_quant.bytes_per_param() == 0.5 + 1 / 32  # E2M1 pairs + E8M0 per 32
+
+
+def test_multimodal_plan_names_the_part_it_does_not_model() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.planner import plan
+
+    result = plan(
+        load_model("mistralai/Mistral-Small-3.1-24B-Instruct-2503"),
+        find_gpu("H100"),
+        VllmFlags(max_model_len=8192),
+        vllm_version="0.19.0",
+    )
+    assert any("vision encoder profiling" in p for p in result.to_json()["not_modelled"])
+    assert (
+        plan(
+            load_model("Qwen/Qwen2.5-7B-Instruct"),
+            find_gpu("H100"),
+            VllmFlags(),
+            vllm_version="0.19.0",
+        ).to_json()["not_modelled"]
+        == []
+    )

@@ -92,3 +92,39 @@ def test_tensor_parallel_splits_weights_but_replicates_norms() -> None:
     spec = load_model("Qwen/Qwen2.5-7B-Instruct")
     one, two = weight_bytes_per_rank(spec, tp=1), weight_bytes_per_rank(spec, tp=2)
     assert one / 2 < two < one / 2 * 1.01
+
+
+@pytest.mark.parametrize(
+    ("model_id", "logged_gib"),
+    [
+        # "Model loading took X GiB", vLLM 0.19: H100 (llm-d-planner PR #205) and A100 (myoceane.fr)
+        ("openai/gpt-oss-20b", 13.64),
+        ("openai/gpt-oss-20b", 13.72),
+        ("deepseek-ai/DeepSeek-V2-Lite-Chat", 29.43),
+        ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", 44.76),
+    ],
+)
+def test_new_architectures_load_what_vllm_logged(model_id: str, logged_gib: float) -> None:
+    got = weight_bytes_per_rank(load_model(model_id), tp=1, dtype_bytes=2) / GIB
+    assert got == pytest.approx(logged_gib, abs=0.1)
+
+
+def test_deepseek_v2_lite_counts_its_published_15_7b() -> None:
+    # model card: "DeepSeek-V2-Lite has 15.7B parameters"
+    assert count_params(load_model("deepseek-ai/DeepSeek-V2-Lite-Chat")) / 1e9 == pytest.approx(
+        15.7, abs=0.05
+    )
+
+
+def test_expert_parallel_holds_whole_experts_without_per_shard_padding() -> None:
+    # gpt-oss-20b MXFP4 experts at 4 ranks. TP: each expert's 2880 intermediate splits to 720,
+    # padded to 768 (Marlin, multiple of 128); hidden 2880 -> 3072. EP: 8 whole experts per rank,
+    # intermediate 2880 -> 2944. Per rank, 24 layers x experts x 3 matrices at 0.53125 B/param:
+    #   TP: 24 x 32 x 3 x 3072 x 768 x 0.53125 = 2,887,778,304 B (+ bf16 biases 24 x 32 x 4608 x 2)
+    #   EP: 24 x 8 x 3 x 3072 x 2944 x 0.53125 = 2,767,454,208 B (+ bf16 biases 24 x 8 x 8960 x 2)
+    spec = load_model("openai/gpt-oss-20b")
+    tp = weight_bytes_per_rank(spec, tp=4, dtype_bytes=2)
+    ep = weight_bytes_per_rank(spec, tp=4, dtype_bytes=2, expert_parallel=True)
+    tp_experts = 2_887_778_304 + 24 * 32 * 4608 * 2
+    ep_experts = 2_767_454_208 + 24 * 8 * 8960 * 2
+    assert tp - ep == tp_experts - ep_experts

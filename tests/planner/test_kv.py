@@ -90,3 +90,29 @@ def test_published_config_round_trip() -> None:
     )
     spec = spec_from_config(json.loads(raw), "x")
     assert spec.num_kv_heads == 2  # no num_key_value_heads: multi-head attention
+
+
+def test_mla_keeps_one_latent_head_per_token_on_every_rank() -> None:
+    # DeepSeek-V2-Lite: MLAAttentionSpec page = block x (kv_lora_rank 512 + qk_rope_head_dim 64) x
+    # 2 bytes, 27 layers, no separate V and no TP split: 27 x 576 x 2 = 31,104 bytes per token
+    model = load_model("deepseek-ai/DeepSeek-V2-Lite-Chat")
+    tp1 = kv_layout(model, tp=1, pp=1, block_size=16, dtype_bytes=2)
+    tp2 = kv_layout(model, tp=2, pp=1, block_size=16, dtype_bytes=2)
+    assert tp1.bytes_per_token == tp2.bytes_per_token == 31_104
+    # vLLM 0.19 on H100: "Available KV cache memory: 43.61 GiB" -> num_gpu_blocks 94097
+    assert int(43.61 * GIB) // tp1.bytes_per_block == pytest.approx(94097, abs=10)
+
+
+def test_gpt_oss_alternating_window_gives_two_groups_of_twelve() -> None:
+    # gpt-oss-20b: 12 sliding (128) + 12 full layers, 8 KV heads x 64 -> one group each; a block
+    # holds 12 pages of 16 x 8 x 2 x 64 x 2 = 32,768 bytes. vLLM 0.19 H100: "Available KV cache
+    # memory: 58.47 GiB", "GPU KV cache size: 1,277,184 tokens" (blocks // 2 groups x 16).
+    layout = kv_layout(load_model("openai/gpt-oss-20b"), tp=1, pp=1, block_size=16, dtype_bytes=2)
+    assert [(g.kind, g.num_layers, g.sliding_window) for g in layout.groups] == [
+        ("full", 12, None),
+        ("sliding", 12, 128),
+    ]
+    assert layout.bytes_per_block == 12 * 32_768
+    num_blocks = int(58.47 * GIB) // layout.bytes_per_block
+    tokens = kv_tokens(layout, num_blocks, 8192, 0, "blocks_per_group")
+    assert tokens == pytest.approx(1_277_184, rel=0.001)

@@ -1,0 +1,122 @@
+"""Readers for mixture-of-experts architectures, MLA included: config.json -> ModelSpec fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvwise.core.config_fields import base_fields, get, require
+from kvwise.core.model_spec import FULL, SLIDING, MlaSpec, MoeSpec
+from kvwise.core.models_dense import Reader, mistral, qwen3
+from kvwise.core.quant import QuantSpec
+from kvwise.errors import UnsupportedModelError
+
+# MXFP4 (OCP microscaling): 4-bit E2M1 values, two per byte, and one E8M0 (1-byte) scale per
+# block of 32 values: 0.5 + 1/32 bytes per parameter (mxfp4.py: w13_weight uint8 [.., k // 2],
+# w13_weight_scale uint8 [.., k // 32]).
+MXFP4_EXPERTS = QuantSpec("mxfp4", 4, 32, scale_bytes=1)
+
+# config.json `layer_types` values -> kvwise layer kinds
+HF_LAYER_TYPES = {"full_attention": FULL, "sliding_attention": SLIDING}
+
+
+def qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
+    if get(cfg, "mlp_only_layers") or int(get(cfg, "decoder_sparse_step", default=1)) != 1:
+        raise UnsupportedModelError("Qwen3-MoE with dense layers interleaved is not modelled")
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=int(require(cfg, "moe_intermediate_size")),
+    )
+    return qwen3(cfg) | {"moe": moe}
+
+
+def mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_local_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=int(require(cfg, "intermediate_size")),
+    )
+    return mistral(cfg) | {"moe": moe}
+
+
+def _expert_quant(cfg: dict[str, Any]) -> QuantSpec | None:
+    """gpt-oss ships its experts in MXFP4; attention, router, embeddings stay bf16
+    (`modules_to_not_convert`, and vLLM's Mxfp4Config quantizes FusedMoE layers only)."""
+    qc = cfg.get("quantization_config") or {}
+    method = str(qc.get("quant_method", "")).lower()
+    if not qc:
+        return None
+    if method != "mxfp4":
+        raise UnsupportedModelError(f"gpt-oss with {method!r} quantization is not modelled")
+    return MXFP4_EXPERTS
+
+
+def gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
+    """GptOssForCausalLM: alternating sliding (128) / full attention layers with learned sinks,
+    biases on q/k/v/o, MoE with biased experts and router."""
+    fields = base_fields(cfg)
+    layer_types = tuple(HF_LAYER_TYPES[t] for t in require(cfg, "layer_types"))
+    if len(layer_types) != fields["num_layers"]:
+        raise UnsupportedModelError("gpt-oss config: layer_types does not name every layer")
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_local_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok", "experts_per_token")),
+        expert_intermediate_size=fields["intermediate_size"],
+        has_expert_bias=True,
+        has_router_bias=True,
+        expert_quant=_expert_quant(cfg),
+    )
+    return fields | {
+        "has_qkv_bias": True,
+        "has_o_bias": True,
+        "has_attention_sinks": True,
+        "layer_types": layer_types,
+        "sliding_window": int(require(cfg, "sliding_window")),
+        "moe": moe,
+        "quant": None,  # the MXFP4 experts are the only quantized weights
+    }
+
+
+def _mla(cfg: dict[str, Any]) -> MlaSpec:
+    q_lora = get(cfg, "q_lora_rank")
+    return MlaSpec(
+        kv_lora_rank=int(require(cfg, "kv_lora_rank")),
+        qk_rope_head_dim=int(require(cfg, "qk_rope_head_dim")),
+        qk_nope_head_dim=int(require(cfg, "qk_nope_head_dim")),
+        v_head_dim=int(require(cfg, "v_head_dim")),
+        q_lora_rank=int(q_lora) if q_lora else None,
+    )
+
+
+def deepseek(cfg: dict[str, Any]) -> dict[str, Any]:
+    """DeepseekV2/V3ForCausalLM (DeepSeek-V2, V2-Lite, V3, R1, Kimi-K2): MLA attention, MoE
+    with shared experts after `first_k_dense_replace` dense layers."""
+    if get(cfg, "index_topk") is not None:
+        raise UnsupportedModelError(
+            "not modelled: DeepSeek-V3.2 sparse attention (its indexer keeps its own key cache)"
+        )
+    if int(get(cfg, "moe_layer_freq", default=1)) != 1:
+        raise UnsupportedModelError("not modelled: DeepSeek MoE layers with moe_layer_freq != 1")
+    expert = int(require(cfg, "moe_intermediate_size"))
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "n_routed_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=expert,
+        # the shared experts run as one MLP n_shared_experts times as wide (DeepseekV2MoE)
+        shared_expert_intermediate_size=int(get(cfg, "n_shared_experts", default=0)) * expert,
+        num_dense_layers=int(get(cfg, "first_k_dense_replace", default=0)),
+        has_score_correction_bias=get(cfg, "topk_method") == "noaux_tc",
+    )
+    mla = _mla(cfg)
+    # vLLM (ModelConfig.get_num_kv_heads / get_head_size with use_mla): one latent KV "head" of
+    # kv_lora_rank + qk_rope_head_dim, the same on every TP rank
+    return base_fields(cfg) | {"num_kv_heads": 1, "head_dim": mla.cache_dim, "mla": mla, "moe": moe}
+
+
+MOE_ARCHITECTURES: dict[str, Reader] = {
+    "Qwen3MoeForCausalLM": qwen3_moe,
+    "MixtralForCausalLM": mixtral,
+    "GptOssForCausalLM": gpt_oss,
+    "DeepseekV2ForCausalLM": deepseek,
+    "DeepseekV3ForCausalLM": deepseek,
+}
