@@ -128,3 +128,12 @@ def test_expert_parallel_holds_whole_experts_without_per_shard_padding() -> None
     tp_experts = 2_887_778_304 + 24 * 32 * 4608 * 2
     ep_experts = 2_767_454_208 + 24 * 8 * 8960 * 2
     assert tp - ep == tp_experts - ep_experts
+
+
+def test_qwen3_next_counts_its_published_80b() -> None:
+    from kvwise.core.models import spec_from_config
+    from tests.planner.test_kv import QWEN3_NEXT
+
+    # model card: "80B total parameters and 3B activated"
+    total = count_params(spec_from_config(QWEN3_NEXT, "Qwen/Qwen3-Next-80B-A3B-Instruct"))
+    assert total / 1e9 == pytest.approx(80, rel=0.02)

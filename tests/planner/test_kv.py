@@ -116,3 +116,59 @@ def test_gpt_oss_alternating_window_gives_two_groups_of_twelve() -> None:
     num_blocks = int(58.47 * GIB) // layout.bytes_per_block
     tokens = kv_tokens(layout, num_blocks, 8192, 0, "blocks_per_group")
     assert tokens == pytest.approx(1_277_184, rel=0.001)
+
+
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json, the keys kvwise reads (the same values appear in
+# llama.cpp issue #17578's GGUF metadata: 2048 hidden, 16 heads, 2 KV heads of 256, 512 experts,
+# 10 used, 512 expert and shared-expert width, conv kernel 4)
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "intermediate_size": 5120,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "full_attention_interval": 4,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_qwen3_next_pads_the_deltanet_state_to_an_attention_page() -> None:
+    # HybridAttentionMambaModelConfig.verify_and_update_config, by hand at TP1, bf16:
+    #   DeltaNet state: conv 3 x (2 x 2048 + 4096) x 2 = 49,152 B + 32 x 128 x 128 x 2 = 1,048,576
+    #   attention, one token: 2 heads x (256 + 256) x 2 = 2,048 B
+    #   block = 16 x cdiv(1,097,728, 16 x 2,048) = 544 tokens; page 544 x 2,048 = 1,114,112 B
+    #   ("Padding mamba page size by 1.49%"); 12 full + 36 DeltaNet layers -> 4 groups of 12
+    model = spec_from_config(QWEN3_NEXT, "Qwen/Qwen3-Next-80B-A3B-Instruct")
+    layout = kv_layout(model, tp=1, pp=1, block_size=16, dtype_bytes=2)
+    assert layout.block_size == 544 and layout.page_bytes == 1_114_112
+    assert [g.kind for g in layout.groups] == ["full", "mamba", "mamba", "mamba"]
+    assert layout.bytes_per_token == 12 * 2048  # only attention layers grow with the context
+    # one request of 8,192 tokens: cdiv(8192, 544) = 16 attention blocks + 1 state per group
+    assert blocks_per_request(layout, 8192, 8192) == 16 + 3
+
+
+def test_hybrid_models_on_releases_before_the_unified_page_are_refused() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.errors import UnsupportedModelError
+    from kvwise.planner import plan
+
+    model = spec_from_config(QWEN3_NEXT, "Qwen/Qwen3-Next-80B-A3B-Instruct")
+    with pytest.raises(UnsupportedModelError, match="not modelled: the mamba/linear-attention"):
+        plan(model, find_gpu("H200"), VllmFlags(tensor_parallel_size=2), vllm_version="0.10.1")
+    assert plan(model, find_gpu("H200"), VllmFlags(tensor_parallel_size=2), vllm_version="0.11.0")

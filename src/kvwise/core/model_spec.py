@@ -86,6 +86,7 @@ class ModelSpec:
     has_qkv_bias: bool = False
     has_o_bias: bool = False
     has_qk_norm: bool = False
+    has_output_gate: bool = False  # Qwen3-Next gated attention: q_proj also emits a gate per head
     has_attention_sinks: bool = False  # gpt-oss: one learned sink logit per query head
     norms_per_layer: int = 2
     gated_mlp: bool = True

@@ -24,6 +24,7 @@ from kvwise.core.model_spec import (
     VisionSpec,
 )
 from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, mistral
+from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
 from kvwise.core.models_moe import MOE_ARCHITECTURES
 from kvwise.core.quant import parse_quantization
 from kvwise.core.vision import VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
@@ -49,6 +50,7 @@ __all__ = [
 ARCHITECTURES: dict[str, Reader] = (
     DENSE_ARCHITECTURES
     | MOE_ARCHITECTURES
+    | HYBRID_ARCHITECTURES
     | {
         # multimodal: the text model's reader; the tower is counted from `vision_config`
         "Gemma3ForConditionalGeneration": gemma3,
@@ -63,6 +65,10 @@ MODEL_TYPES = {
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
@@ -93,6 +99,10 @@ def spec_from_config(
 ) -> ModelSpec:
     """Build a ModelSpec from a config.json dict; refuse architectures that are not modelled."""
     arch = architecture_of(config)
+    if arch in NOT_MODELLED_ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{model_id}: architecture {arch}: not modelled: {NOT_MODELLED_ARCHITECTURES[arch]}"
+        )
     if arch not in ARCHITECTURES:
         known = ", ".join(sorted(ARCHITECTURES))
         raise UnsupportedModelError(

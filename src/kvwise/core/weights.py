@@ -77,7 +77,7 @@ def _attention(spec: ModelSpec) -> _Layer:
     if spec.has_attention_sinks:
         replicated += spec.num_attention_heads  # one sink logit per head
     return _Layer(
-        linear=h * q + 2 * h * kv + q * h,
+        linear=h * q * (2 if spec.has_output_gate else 1) + 2 * h * kv + q * h,
         linear_bias=q + 2 * kv if spec.has_qkv_bias else 0,
         replicated=replicated,
     )
