@@ -137,3 +137,13 @@ def test_qwen3_next_counts_its_published_80b() -> None:
     # model card: "80B total parameters and 3B activated"
     total = count_params(spec_from_config(QWEN3_NEXT, "Qwen/Qwen3-Next-80B-A3B-Instruct"))
     assert total / 1e9 == pytest.approx(80, rel=0.02)
+
+
+def test_deepseek_v3_counts_its_published_671b_main_model() -> None:
+    from kvwise.core.models import spec_from_config
+    from tests.planner.test_kv import DEEPSEEK_V3
+
+    # DeepSeek-V3 README: "685B ... includes 671B of the Main Model weights and 14B of the
+    # Multi-Token Prediction (MTP) Module weights"; vLLM loads the main model only
+    total = count_params(spec_from_config(DEEPSEEK_V3, "deepseek-ai/DeepSeek-V3"))
+    assert total / 1e9 == pytest.approx(671, rel=0.005)

@@ -172,3 +172,39 @@ def test_hybrid_models_on_releases_before_the_unified_page_are_refused() -> None
     with pytest.raises(UnsupportedModelError, match="not modelled: the mamba/linear-attention"):
         plan(model, find_gpu("H200"), VllmFlags(tensor_parallel_size=2), vllm_version="0.10.1")
     assert plan(model, find_gpu("H200"), VllmFlags(tensor_parallel_size=2), vllm_version="0.11.0")
+
+
+# deepseek-ai/DeepSeek-V3 config.json, the keys kvwise reads (hidden 7168, 61 layers, 128 heads,
+# q_lora_rank 1536, kv_lora_rank 512, qk_nope/rope 128/64, v_head_dim 128, 256 routed experts of
+# 2048 with 1 shared, 8 per token, dense MLP 18432 on the first 3 layers, vocab 129280)
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "intermediate_size": 18432,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 2048,
+    "first_k_dense_replace": 3,
+    "moe_layer_freq": 1,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_deepseek_v3_kv_is_70272_bytes_per_token_at_any_tp() -> None:
+    # 61 layers x (512 + 64) x 2 bytes = 70,272 (bf16); fp8 KV halves it
+    model = spec_from_config(DEEPSEEK_V3, "deepseek-ai/DeepSeek-V3")
+    for tp in (1, 8):
+        assert kv_layout(model, tp=tp, pp=1, block_size=16, dtype_bytes=2).bytes_per_token == 70_272
+    assert kv_layout(model, tp=8, pp=1, block_size=16, dtype_bytes=1).bytes_per_token == 35_136
