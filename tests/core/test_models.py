@@ -99,3 +99,21 @@ def test_multimodal_plan_names_the_part_it_does_not_model() -> None:
         ).to_json()["not_modelled"]
         == []
     )
+
+
+def test_kimi_k2_and_qwen3_next_plan_from_the_catalog() -> None:
+    kimi = load_model("moonshotai/Kimi-K2-Instruct")
+    assert kimi.mla is not None and kimi.num_kv_heads == 1 and kimi.head_dim == 512 + 64
+    assert kimi.moe is not None and kimi.moe.num_dense_layers == 1
+    qwen = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    assert qwen.attention_layer_types[:4] == ("mamba", "mamba", "mamba", FULL)
+    assert qwen.num_attention_layers == 12
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    ["JambaForCausalLM", "NemotronHForCausalLM", "Qwen2_5_VLForConditionalGeneration"],
+)
+def test_known_but_unmodelled_architectures_say_which_part(architecture: str) -> None:
+    with pytest.raises(UnsupportedModelError, match=f"architecture {architecture}: not modelled: "):
+        spec_from_config({"architectures": [architecture]}, "some/model")

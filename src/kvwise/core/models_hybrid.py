@@ -77,6 +77,7 @@ def qwen3_next(cfg: dict[str, Any]) -> dict[str, Any]:
         "layer_types": _layer_kinds(cfg, fields["num_layers"]),
         "mamba": _gated_delta_net(cfg, fields["hidden_size"]),
         "moe": moe,
+        "partial_rotary_factor": float(get(cfg, "partial_rotary_factor", default=1.0)),
         # gated attention: q_proj also emits a per-head output gate (attn_output_gate)
         "has_output_gate": bool(get(cfg, "attn_output_gate", default=True)),
     }

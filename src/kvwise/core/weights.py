@@ -245,7 +245,9 @@ def runtime_dtype_bytes(spec: ModelSpec, dtype: str | None = None) -> int:
 
 
 def _rotary_dim(spec: ModelSpec) -> int:
-    return spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    if spec.mla is not None:
+        return spec.mla.qk_rope_head_dim
+    return int(spec.head_dim * spec.partial_rotary_factor)
 
 
 def weight_bytes_per_rank(
