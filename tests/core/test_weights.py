@@ -147,3 +147,14 @@ def test_deepseek_v3_counts_its_published_671b_main_model() -> None:
     # Multi-Token Prediction (MTP) Module weights"; vLLM loads the main model only
     total = count_params(spec_from_config(DEEPSEEK_V3, "deepseek-ai/DeepSeek-V3"))
     assert total / 1e9 == pytest.approx(671, rel=0.005)
+
+
+def test_gpt_oss_120b_counts_what_llama_cpp_prints_for_it() -> None:
+    # "model params = 116.83 B" (llama.cpp's loader, ollama issue #18373); model card: 116.83B
+    assert count_params(load_model("openai/gpt-oss-120b")) / 1e9 == pytest.approx(116.83, abs=0.005)
+
+
+def test_llama4_scout_counts_its_published_109b_with_the_vision_tower() -> None:
+    spec = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    assert spec.vision is not None
+    assert count_params(spec) / 1e9 == pytest.approx(109, rel=0.01)  # "17B active, 109B total"

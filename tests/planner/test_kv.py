@@ -208,3 +208,12 @@ def test_deepseek_v3_kv_is_70272_bytes_per_token_at_any_tp() -> None:
     for tp in (1, 8):
         assert kv_layout(model, tp=tp, pp=1, block_size=16, dtype_bytes=2).bytes_per_token == 70_272
     assert kv_layout(model, tp=8, pp=1, block_size=16, dtype_bytes=1).bytes_per_token == 35_136
+
+
+def test_llama4_keeps_full_length_kv_on_chunked_layers_and_says_so() -> None:
+    # vLLM disables the hybrid KV-cache manager for chunked local attention by default: every one
+    # of Scout's 48 layers keeps 8 KV heads x 128 x 2 x 2 bytes per token = 196,608 bytes
+    model = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
+    layout = kv_layout(model, tp=1, pp=1, block_size=16, dtype_bytes=2)
+    assert layout.bytes_per_token == 48 * 8 * 128 * 2 * 2
+    assert any("chunked-local attention" in part for part in model.not_modelled)

@@ -24,7 +24,6 @@ NOT_MODELLED_ARCHITECTURES = {
     "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
     "MllamaForConditionalGeneration": "cross-attention KV of the vision layers (CrossAttentionSpec, "
     "sized by max_num_encoder_input_tokens)",
-    "Llama4ForConditionalGeneration": "Llama-4's vision tower and chunked-local attention groups",
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from kvwise.core.config_fields import base_fields, get, require
 from kvwise.core.model_spec import FULL, SLIDING, MlaSpec, MoeSpec
-from kvwise.core.models_dense import Reader, mistral, qwen3
+from kvwise.core.models_dense import Reader, llama, mistral, qwen3
 from kvwise.core.quant import QuantSpec
 from kvwise.errors import UnsupportedModelError
 
@@ -113,10 +113,43 @@ def deepseek(cfg: dict[str, Any]) -> dict[str, Any]:
     return base_fields(cfg) | {"num_kv_heads": 1, "head_dim": mla.cache_dim, "mla": mla, "moe": moe}
 
 
+CHUNKED_LOCAL_NOT_MODELLED = (
+    "chunked-local attention KV groups: KV is sized for full-length attention on every layer, "
+    "as vLLM does by default (it disables the hybrid KV-cache manager for chunked local attention "
+    "unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1, the default of some later releases)"
+)
+
+
+def llama4(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Llama4ForConditionalGeneration's text model (vllm/model_executor/models/llama4.py): MoE
+    every `interleave_moe_layer_step` layers (routed experts + one shared expert), dense layers of
+    `intermediate_size_mlp` in between; q/k L2-normalised without weights; no biases."""
+    fields = llama(cfg)
+    step = int(get(cfg, "interleave_moe_layer_step", default=1))
+    if step != 1:
+        raise UnsupportedModelError("not modelled: Llama-4 with dense layers between MoE layers")
+    expert = int(require(cfg, "intermediate_size"))
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_local_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=expert,
+        shared_expert_intermediate_size=expert,
+    )
+    # chunked-local layers are held at full length by default (see CHUNKED_LOCAL_NOT_MODELLED)
+    chunk = get(cfg, "attention_chunk_size")
+    return fields | {
+        "intermediate_size": int(get(cfg, "intermediate_size_mlp", default=expert)),
+        "moe": moe,
+        "attention_chunk_size": int(chunk) if chunk else None,
+        "not_modelled": (CHUNKED_LOCAL_NOT_MODELLED,) if chunk else (),
+    }
+
+
 MOE_ARCHITECTURES: dict[str, Reader] = {
     "Qwen3MoeForCausalLM": qwen3_moe,
     "MixtralForCausalLM": mixtral,
     "GptOssForCausalLM": gpt_oss,
     "DeepseekV2ForCausalLM": deepseek,
     "DeepseekV3ForCausalLM": deepseek,
+    "Llama4ForConditionalGeneration": llama4,
 }

@@ -49,6 +49,27 @@ def _pixtral(vision: dict[str, Any], text_hidden: int, merge: int) -> int:
     return tower + projector + text_hidden * text_hidden
 
 
+def _llama4(config: dict[str, Any], text_hidden: int) -> int:
+    """Llama-4's vision tower (vllm/model_executor/models/mllama4.py: Llama4VisionModel), its
+    pixel-shuffle adapter and the projector to the text width; no projector biases."""
+    vision = config["vision_config"]
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    channels = int(vision.get("num_channels", 3))
+    num_patches = (int(vision["image_size"]) // patch) ** 2
+    # per layer: q, k, v, o and fc1, fc2, all with biases; 2 LayerNorms (weight + bias)
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inter + inter + hidden + 4 * hidden
+    tower = int(vision["num_hidden_layers"]) * per_layer
+    # unfold-conv patch embedding (no bias), class embedding, positions (+ class), 2 LayerNorms
+    tower += channels * patch * patch * hidden + hidden + (num_patches + 1) * hidden + 4 * hidden
+    shuffled = int(hidden / float(vision["pixel_shuffle_ratio"]) ** 2)
+    adapter = shuffled * int(vision["projector_input_dim"])
+    adapter += int(vision["projector_input_dim"]) * int(vision["projector_output_dim"])
+    projector = int(vision["vision_output_dim"]) * text_hidden
+    return tower + adapter + projector
+
+
 def gemma3_vision(config: dict[str, Any], text_hidden: int) -> int:
     return _siglip(config["vision_config"], text_hidden)
 
@@ -63,4 +84,5 @@ def mistral3_vision(config: dict[str, Any], text_hidden: int) -> int:
 VISION_TOWERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "Gemma3ForConditionalGeneration": gemma3_vision,
     "Mistral3ForConditionalGeneration": mistral3_vision,
+    "Llama4ForConditionalGeneration": _llama4,
 }
