@@ -112,8 +112,36 @@ def test_kimi_k2_and_qwen3_next_plan_from_the_catalog() -> None:
 
 @pytest.mark.parametrize(
     "architecture",
-    ["JambaForCausalLM", "NemotronHForCausalLM", "Qwen2_5_VLForConditionalGeneration"],
+    ["JambaForCausalLM", "FalconH1ForCausalLM", "Qwen2_5_VLForConditionalGeneration"],
 )
 def test_known_but_unmodelled_architectures_say_which_part(architecture: str) -> None:
     with pytest.raises(UnsupportedModelError, match=f"architecture {architecture}: not modelled: "):
         spec_from_config({"architectures": [architecture]}, "some/model")
+
+
+def test_granite_4_hybrid_reads_mamba_layers_experts_and_no_rope() -> None:
+    # keys as GraniteMoeHybridConfig names them; small numbers
+    config = {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "layer_types": ["mamba", "mamba", "mamba", "attention"],
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 256,
+        "shared_intermediate_size": 1024,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 1000,
+        "mamba_n_heads": 16,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "position_embedding_type": "nope",
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from_config(config, "granite-like")
+    assert spec.attention_layer_types == ("mamba", "mamba", "mamba", FULL)
+    assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 1024
+    assert spec.partial_rotary_factor == 0.0 and spec.tie_word_embeddings

@@ -158,3 +158,17 @@ def test_llama4_scout_counts_its_published_109b_with_the_vision_tower() -> None:
     spec = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct")
     assert spec.vision is not None
     assert count_params(spec) / 1e9 == pytest.approx(109, rel=0.01)  # "17B active, 109B total"
+
+
+def test_nemotron_h_layers_hold_one_block_each() -> None:
+    from kvwise.core.models import spec_from_config
+    from tests.planner.test_kv import _nemotron_h_like
+
+    # M-M*M-M-: 4 Mamba2 mixers, 1 attention, 3 squared-ReLU MLPs, one norm per layer
+    h, inner, conv = 1024, 32 * 64, 32 * 64 + 2 * 128
+    mamba = h * (inner + conv + 32) + conv * 4 + conv + 3 * 32 + inner + inner * h
+    attention = h * 8 * 128 * 2 + 2 * h * 2 * 128
+    mlp = 2 * h * 4096
+    embeddings = 2 * 1000 * h
+    expected = 4 * mamba + attention + 3 * mlp + 8 * h + h + embeddings
+    assert count_params(spec_from_config(_nemotron_h_like(), "x")) == expected

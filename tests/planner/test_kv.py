@@ -217,3 +217,37 @@ def test_llama4_keeps_full_length_kv_on_chunked_layers_and_says_so() -> None:
     layout = kv_layout(model, tp=1, pp=1, block_size=16, dtype_bytes=2)
     assert layout.bytes_per_token == 48 * 8 * 128 * 2 * 2
     assert any("chunked-local attention" in part for part in model.not_modelled)
+
+
+def _nemotron_h_like() -> dict:
+    # a Nemotron-H-shaped config (keys as NemotronHConfig names them), small numbers for hand math
+    return {
+        "architectures": ["NemotronHForCausalLM"],
+        "hidden_size": 1024,
+        "num_hidden_layers": 8,
+        "hybrid_override_pattern": "M-M*M-M-",
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "attention_head_dim": 128,
+        "intermediate_size": 4096,
+        "vocab_size": 1000,
+        "mamba_num_heads": 32,
+        "mamba_head_dim": 64,
+        "n_groups": 1,
+        "ssm_state_size": 128,
+        "conv_kernel": 4,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def test_mamba2_state_replicates_its_group_when_tp_does_not_divide_it() -> None:
+    # mamba2_state_shape at TP2 with n_groups 1: the group is extended to 2 (extra_groups_for_
+    # head_shards), conv (4 - 1) x (2048 + 2 x 2 x 128) / 2 x 2 B = 7,680; SSM 32 / 2 x 64 x 128
+    # x 2 B = 262,144; page 269,824 B. Attention, one token: 1 KV head x 2 x 128 x 2 = 512 B ->
+    # block 16 x cdiv(269,824, 16 x 512) = 528 tokens. One attention and 4 mamba layers, the 3
+    # MLP layers keep nothing: groups of 1 -> 1 full + 4 mamba groups.
+    model = spec_from_config(_nemotron_h_like(), "nemotron-h-like")
+    layout = kv_layout(model, tp=2, pp=1, block_size=16, dtype_bytes=2)
+    assert layout.block_size == 528
+    assert [g.kind for g in layout.groups] == ["full"] + ["mamba"] * 4
+    assert layout.bytes_per_token == 512

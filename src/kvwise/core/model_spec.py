@@ -13,6 +13,7 @@ FULL = "full"  # FullAttentionSpec: K and V for every token
 SLIDING = "sliding"  # SlidingWindowSpec: K and V for the last `sliding_window` tokens
 CHUNKED = "chunked"  # ChunkedLocalAttentionSpec: K and V within the current attention chunk
 MAMBA = "mamba"  # MambaSpec: one fixed-size state per request (Mamba2, gated DeltaNet)
+MLP = "mlp"  # a layer with no token mixer (Nemotron-H's MLP layers): no KV, no state
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,14 @@ class MambaStateSpec:
     ssm_state_dims: tuple[int, int]
     params_per_layer: int  # the layer's own weights (projections, conv, norms)
     ssm_state_dtype: str | None = None  # None: the model dtype (mamba_ssm_cache_dtype "auto")
+    n_groups: int = 0  # Mamba2 B/C groups, replicated when TP does not divide them
+    state_size: int = 0  # Mamba2 d_state, the width of each group in the conv channels
+
+    def conv_channels_at(self, tp: int) -> int:
+        """Conv channels on all ranks together (mamba_utils.py, mamba2_state_shape: groups are
+        extended by extra_groups_for_head_shards when TP does not divide them)."""
+        extra = 0 if not self.n_groups or self.n_groups % tp == 0 else tp - self.n_groups
+        return self.conv_channels + 2 * extra * self.state_size
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class ModelSpec:
     published_params: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    # one block per layer (Nemotron-H): attention and mamba layers have no MLP, MLP layers no mixer
+    is_single_block_layers: bool = False
     # parts of vLLM's memory for this model that kvwise does not model, each named exactly
     not_modelled: tuple[str, ...] = ()
 
@@ -111,7 +122,7 @@ class ModelSpec:
 
     @property
     def num_attention_layers(self) -> int:
-        return sum(1 for kind in self.attention_layer_types if kind != MAMBA)
+        return sum(1 for kind in self.attention_layer_types if kind not in (MAMBA, MLP))
 
     @property
     def is_hybrid(self) -> bool:

@@ -8,17 +8,16 @@ conv state (conv_kernel - 1) x conv_dim, temporal state num_v_heads x head_k_dim
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from kvwise.core.config_fields import get, require
-from kvwise.core.model_spec import FULL, MAMBA, MambaStateSpec, MoeSpec
+from kvwise.core.config_fields import base_fields, get, require
+from kvwise.core.model_spec import FULL, MAMBA, MLP, MambaStateSpec, MoeSpec
 from kvwise.core.models_dense import Reader, qwen3
 from kvwise.errors import UnsupportedModelError
 
 NOT_MODELLED_ARCHITECTURES = {
     "JambaForCausalLM": "Mamba-1 state shapes and Jamba's attention/Mamba interleave",
-    "NemotronHForCausalLM": "Mamba-2 state with n_groups replicated across TP ranks",
-    "GraniteMoeHybridForCausalLM": "Mamba-2 state with n_groups replicated across TP ranks",
     "FalconH1ForCausalLM": "parallel attention + Mamba-2 mixers in one layer",
     "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL's vision encoder profiling (one dummy image "
     "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
@@ -82,4 +81,100 @@ def qwen3_next(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-HYBRID_ARCHITECTURES: dict[str, Reader] = {"Qwen3NextForCausalLM": qwen3_next}
+def _mamba2(
+    hidden: int, heads: int, head_dim: int, groups: int, state: int, kernel: int
+) -> MambaStateSpec:
+    """MambaMixer2 (vllm/model_executor/layers/mamba/mamba_mixer2.py) and its V1 state
+    (mamba_utils.py, mamba2_state_shape): conv (kernel - 1) x (inner + 2 groups x d_state),
+    SSM heads x head_dim x d_state."""
+    inner = heads * head_dim
+    conv_dim = inner + 2 * groups * state
+    params = (
+        hidden * (inner + conv_dim + heads)  # in_proj: z, x, B, C, dt
+        + conv_dim * kernel
+        + conv_dim  # conv1d with bias
+        + 3 * heads  # A, D, dt_bias
+        + inner  # gated RMSNorm
+        + inner * hidden  # out_proj
+    )
+    return MambaStateSpec(
+        conv_channels=conv_dim,
+        conv_kernel=kernel,
+        ssm_heads=heads,
+        ssm_state_dims=(head_dim, state),
+        params_per_layer=params,
+        n_groups=groups,
+        state_size=state,
+    )
+
+
+def granite_moe_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
+    """GraniteMoeHybridForCausalLM (Granite-4.0-H): Mamba2 and attention layers (`layer_types`),
+    each followed by MoE experts (if any) and a shared MLP; attention without RoPE ("nope")."""
+    fields = base_fields(cfg)
+    kinds = tuple(MAMBA if t == "mamba" else FULL for t in require(cfg, "layer_types"))
+    state = _mamba2(
+        fields["hidden_size"],
+        int(require(cfg, "mamba_n_heads")),
+        int(require(cfg, "mamba_d_head")),
+        int(get(cfg, "mamba_n_groups", default=1)),
+        int(require(cfg, "mamba_d_state")),
+        int(get(cfg, "mamba_d_conv", default=4)),
+    )
+    experts = int(get(cfg, "num_local_experts", default=0))
+    shared = int(require(cfg, "shared_intermediate_size"))
+    moe = MoeSpec(
+        num_experts=experts,
+        num_experts_per_tok=int(get(cfg, "num_experts_per_tok", default=0)),
+        expert_intermediate_size=fields["intermediate_size"],
+        shared_expert_intermediate_size=shared,
+    )
+    rope = get(cfg, "position_embedding_type", default="rope") != "nope"
+    return fields | {
+        "tie_word_embeddings": bool(get(cfg, "tie_word_embeddings", default=True)),
+        "layer_types": kinds,
+        "mamba": state,
+        # without experts the shared MLP is the whole MLP (GraniteMoeHybridMLP)
+        "moe": moe if experts else None,
+        "intermediate_size": fields["intermediate_size"] if experts else shared,
+        "partial_rotary_factor": 1.0 if rope else 0.0,
+    }
+
+
+NEMOTRON_H_BLOCKS = {"M": MAMBA, "*": FULL, "-": MLP}
+
+
+def nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
+    """NemotronHForCausalLM: one block per layer, `hybrid_override_pattern` M (Mamba2),
+    * (attention, no RoPE) or - (squared-ReLU MLP, up and down only)."""
+    pattern = str(require(cfg, "hybrid_override_pattern"))
+    if set(pattern) - set(NEMOTRON_H_BLOCKS):
+        raise UnsupportedModelError(f"not modelled: Nemotron-H blocks {set(pattern) - set('M*-')}")
+    cfg = cfg | {"head_dim": get(cfg, "head_dim", "attention_head_dim")}
+    fields = base_fields(cfg)
+    state = _mamba2(
+        fields["hidden_size"],
+        int(require(cfg, "mamba_num_heads")),
+        int(require(cfg, "mamba_head_dim")),
+        int(require(cfg, "n_groups")),
+        int(require(cfg, "ssm_state_size")),
+        int(require(cfg, "conv_kernel")),
+    )
+    ssm_dtype = get(cfg, "mamba_ssm_cache_dtype")
+    if ssm_dtype:
+        state = replace(state, ssm_state_dtype=str(ssm_dtype))
+    return fields | {
+        "layer_types": tuple(NEMOTRON_H_BLOCKS[b] for b in pattern),
+        "mamba": state,
+        "gated_mlp": False,
+        "norms_per_layer": 1,
+        "is_single_block_layers": True,
+        "partial_rotary_factor": 0.0,
+    }
+
+
+HYBRID_ARCHITECTURES: dict[str, Reader] = {
+    "Qwen3NextForCausalLM": qwen3_next,
+    "GraniteMoeHybridForCausalLM": granite_moe_hybrid,
+    "NemotronHForCausalLM": nemotron_h,
+}

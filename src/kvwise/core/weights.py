@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.core.model_spec import DTYPE_BYTES, MAMBA, ModelSpec
+from kvwise.core.model_spec import DTYPE_BYTES, MAMBA, MLP, ModelSpec
 from kvwise.core.quant import QuantSpec
 
 VOCAB_PADDING = 64  # vLLM pads the vocabulary of embeddings and lm_head to a multiple of 64
@@ -122,13 +122,15 @@ def _mlp(spec: ModelSpec, layer: int) -> _Layer:
 
 def _layer(spec: ModelSpec, index: int) -> _Layer:
     kind = spec.attention_layer_types[index]
+    norms = _Layer(replicated=spec.norms_per_layer * spec.hidden_size)
+    if kind == MLP:
+        return _mlp(spec, index) + norms
     if kind == MAMBA:
         assert spec.mamba is not None
         mixer = _Layer(linear=spec.mamba.params_per_layer)
     else:
         mixer = _attention(spec)
-    norms = _Layer(replicated=spec.norms_per_layer * spec.hidden_size)
-    return mixer + _mlp(spec, index) + norms
+    return mixer + norms if spec.is_single_block_layers else mixer + _mlp(spec, index) + norms
 
 
 def _layers(spec: ModelSpec) -> _Layer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.core.models import FULL, MAMBA, SLIDING, ModelSpec
+from kvwise.core.models import FULL, MAMBA, MLP, SLIDING, ModelSpec
 from kvwise.planner.kv_mamba import mamba_block_size
 
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
@@ -84,7 +84,8 @@ def kv_layout(
         block_size = mamba_block_size(model, tp, per_token, block_size)
         page = block_size * per_token  # the mamba state is padded to this page
     layers_per_rank = -(-model.num_layers // pp)
-    types = model.attention_layer_types[:layers_per_rank]
+    # MLP-only layers (Nemotron-H) keep nothing per token or per request
+    types = tuple(t for t in model.attention_layer_types[:layers_per_rank] if t != MLP)
     counts = _group_layers(types)
     if len(counts) == 1 or (not is_hybrid_manager and MAMBA not in counts):
         kind = next(iter(counts)) if len(counts) == 1 else FULL

@@ -24,7 +24,7 @@ def mamba_page_bytes(model: ModelSpec, tp: int) -> int:
     # conv and (default "auto") SSM states are kept in the model dtype, whatever the KV dtype
     conv_bytes = DTYPE_BYTES[model.dtype]
     ssm_bytes = DTYPE_BYTES[state.ssm_state_dtype or model.dtype]
-    conv = (state.conv_kernel - 1) * (state.conv_channels // tp) * conv_bytes
+    conv = (state.conv_kernel - 1) * (state.conv_channels_at(tp) // tp) * conv_bytes
     rows, cols = state.ssm_state_dims
     return conv + (state.ssm_heads // tp) * rows * cols * ssm_bytes
 
