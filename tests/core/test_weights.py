@@ -100,6 +100,8 @@ def test_tensor_parallel_splits_weights_but_replicates_norms() -> None:
         # "Model loading took X GiB", vLLM 0.19: H100 (llm-d-planner PR #205) and A100 (myoceane.fr)
         ("openai/gpt-oss-20b", 13.64),
         ("openai/gpt-oss-20b", 13.72),
+        # gpt-oss-120b on H100 with the Marlin MXFP4 backend (vllm#23278): 65.9651 GiB
+        ("openai/gpt-oss-120b", 65.97),
         ("deepseek-ai/DeepSeek-V2-Lite-Chat", 29.43),
         ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", 44.76),
     ],

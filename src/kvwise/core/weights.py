@@ -17,8 +17,10 @@ VOCAB_PADDING = 64  # vLLM pads the vocabulary of embeddings and lm_head to a mu
 # MXFP4 experts (vllm/model_executor/layers/quantization/mxfp4.py, Mxfp4MoEMethod.create_weights,
 # Marlin backend, the one SM80/SM89/SM120 GPUs use): the intermediate size per partition is padded
 # to a multiple of 128 and the hidden size to a multiple of 256 (Marlin's n % 256, k % 128). On
-# SM90 the Triton layout is used instead; the Marlin padding reproduces its logged size within
-# 0.05 GiB (gpt-oss-20b: 13.69 GiB vs 13.64 logged on H100, 13.72 logged on A100, vLLM 0.19).
+# SM90/SM100 the Triton layout is used instead (named as not modelled in the plan). Logged:
+# gpt-oss-120b with Marlin on H100, 65.97 GiB (vllm#23278) vs 65.91 here; gpt-oss-20b on A100,
+# 13.72 vs 13.69; with Triton, gpt-oss-20b 13.64 (vLLM 0.19 H100) and gpt-oss-120b 64.38
+# (vllm#33155, 0.14.1 H100).
 MXFP4_INTERMEDIATE_PAD = 128
 MXFP4_HIDDEN_PAD = 256
 
