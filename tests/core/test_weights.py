@@ -174,3 +174,35 @@ def test_nemotron_h_layers_hold_one_block_each() -> None:
     embeddings = 2 * 1000 * h
     expected = 4 * mamba + attention + 3 * mlp + 8 * h + h + embeddings
     assert count_params(spec_from_config(_nemotron_h_like(), "x")) == expected
+
+
+def test_jamba_layout_counts_its_published_52b_total_12b_active() -> None:
+    from kvwise.core.models import spec_from_config
+    from kvwise.core.weights import active_params
+
+    # the Jamba paper's layout (arXiv 2403.19887, section 3): 32 layers of width 4096, attention
+    # once per 8 layers (1:7 with Mamba), MoE every other layer with 16 experts, top-2;
+    # "12B active parameters and 52B total available parameters"
+    config = {
+        "architectures": ["JambaForCausalLM"],
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 65536,
+        "num_experts": 16,
+        "num_experts_per_tok": 2,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_dt_rank": 256,
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from_config(config, "jamba-like")
+    assert count_params(spec) / 1e9 == pytest.approx(52, rel=0.01)
+    assert active_params(spec) / 1e9 == pytest.approx(12, rel=0.02)

@@ -24,6 +24,8 @@ class MoeSpec:
     shared_expert_intermediate_size: int = 0  # 0: no shared expert (all shared experts fused)
     has_shared_expert_gate: bool = False
     num_dense_layers: int = 0  # DeepSeek `first_k_dense_replace`: leading layers with a dense MLP
+    layer_period: int = 1  # Jamba: experts on layers with index % period == offset, dense elsewhere
+    layer_offset: int = 0
     has_expert_bias: bool = False  # gpt-oss: biases on every expert's gate_up and down
     has_router_bias: bool = False
     has_score_correction_bias: bool = False  # DeepSeek-V3 `e_score_correction_bias` (fp32)

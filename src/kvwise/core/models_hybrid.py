@@ -17,7 +17,6 @@ from kvwise.core.models_dense import Reader, qwen3
 from kvwise.errors import UnsupportedModelError
 
 NOT_MODELLED_ARCHITECTURES = {
-    "JambaForCausalLM": "Mamba-1 state shapes and Jamba's attention/Mamba interleave",
     "FalconH1ForCausalLM": "parallel attention + Mamba-2 mixers in one layer",
     "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL's vision encoder profiling (one dummy image "
     "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
@@ -141,6 +140,57 @@ def granite_moe_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _mamba1(hidden: int, cfg: dict[str, Any]) -> MambaStateSpec:
+    """Jamba's MambaMixer (Mamba-1; vllm/model_executor/layers/mamba/mamba_mixer.py) and its V1
+    state (mamba1_state_shape): conv (kernel - 1) x inner, SSM inner x d_state."""
+    inner = int(get(cfg, "mamba_expand", default=2)) * hidden
+    state = int(get(cfg, "mamba_d_state", default=16))
+    kernel = int(get(cfg, "mamba_d_conv", default=4))
+    dt_rank = get(cfg, "mamba_dt_rank", default="auto")
+    dt_rank = -(-hidden // 16) if dt_rank == "auto" else int(dt_rank)
+    params = (
+        hidden * 2 * inner  # in_proj (x and gate)
+        + inner * kernel
+        + (inner if get(cfg, "mamba_conv_bias", default=True) else 0)  # conv1d
+        + inner * (dt_rank + 2 * state)  # x_proj
+        + dt_rank * inner
+        + inner  # dt_proj with bias
+        + inner * state
+        + inner  # A, D
+        + inner * hidden  # out_proj
+        + dt_rank
+        + 2 * state  # Jamba's dt, B and C RMSNorms
+    )
+    return MambaStateSpec(
+        conv_channels=inner,
+        conv_kernel=kernel,
+        ssm_heads=inner,
+        ssm_state_dims=(1, state),
+        params_per_layer=params,
+    )
+
+
+def jamba(cfg: dict[str, Any]) -> dict[str, Any]:
+    """JambaForCausalLM: attention every `attn_layer_period` layers (at `attn_layer_offset`),
+    Mamba-1 elsewhere; MoE every `expert_layer_period` layers, a dense MLP elsewhere; no RoPE."""
+    fields = base_fields(cfg)
+    period, offset = int(require(cfg, "attn_layer_period")), int(require(cfg, "attn_layer_offset"))
+    kinds = tuple(FULL if i % period == offset else MAMBA for i in range(fields["num_layers"]))
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=fields["intermediate_size"],
+        layer_period=int(require(cfg, "expert_layer_period")),
+        layer_offset=int(require(cfg, "expert_layer_offset")),
+    )
+    return fields | {
+        "layer_types": kinds,
+        "mamba": _mamba1(fields["hidden_size"], cfg),
+        "moe": moe,
+        "partial_rotary_factor": 0.0,
+    }
+
+
 NEMOTRON_H_BLOCKS = {"M": MAMBA, "*": FULL, "-": MLP}
 
 
@@ -177,4 +227,5 @@ HYBRID_ARCHITECTURES: dict[str, Reader] = {
     "Qwen3NextForCausalLM": qwen3_next,
     "GraniteMoeHybridForCausalLM": granite_moe_hybrid,
     "NemotronHForCausalLM": nemotron_h,
+    "JambaForCausalLM": jamba,
 }

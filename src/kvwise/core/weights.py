@@ -103,12 +103,24 @@ def _mla_attention(spec: ModelSpec) -> _Layer:
     return _Layer(linear=up, replicated_linear=down, replicated=norms)
 
 
+def _is_moe_layer(spec: ModelSpec, layer: int) -> bool:
+    moe = spec.moe
+    assert moe is not None
+    return layer >= moe.num_dense_layers and layer % moe.layer_period == moe.layer_offset
+
+
+def num_moe_layers(spec: ModelSpec) -> int:
+    if spec.moe is None:
+        return 0
+    return sum(1 for layer in range(spec.num_layers) if _is_moe_layer(spec, layer))
+
+
 def _mlp(spec: ModelSpec, layer: int) -> _Layer:
     """One MLP or MoE block (DeepSeek's first `num_dense_layers` layers are dense)."""
     h = spec.hidden_size
     mats = 3 if spec.gated_mlp else 2  # gate, up, down (or up, down)
     moe = spec.moe
-    if moe is None or layer < moe.num_dense_layers:
+    if moe is None or not _is_moe_layer(spec, layer):
         return _Layer(linear=mats * h * spec.intermediate_size)
     router = h * moe.num_experts + (h if moe.has_shared_expert_gate else 0)
     router += moe.num_experts if moe.has_router_bias else 0
@@ -204,15 +216,15 @@ def _expert_bytes_per_rank(
         return 0.0
     quant = moe.expert_quant or quant
     mats = 3 if spec.gated_mlp else 2
-    num_moe_layers = spec.num_layers - moe.num_dense_layers
+    moe_layers = num_moe_layers(spec)
     # EP: ranks hold whole experts, the first ones one more when they do not divide evenly
     experts = -(-moe.num_experts // tp) if expert_parallel else moe.num_experts
     inter = moe.expert_intermediate_size if expert_parallel else moe.expert_intermediate_size // tp
     hidden = spec.hidden_size
     if quant is not None and quant.method == "mxfp4":
         inter, hidden = _pad(inter, MXFP4_INTERMEDIATE_PAD), _pad(hidden, MXFP4_HIDDEN_PAD)
-    params = num_moe_layers * experts * mats * hidden * inter
-    rows = num_moe_layers * experts * (2 * inter + hidden)  # output rows of gate_up and down
+    params = moe_layers * experts * mats * hidden * inter
+    rows = moe_layers * experts * (2 * inter + hidden)  # output rows of gate_up and down
     bias = rows * dtype_bytes if moe.has_expert_bias else 0  # expert biases stay bf16
     return _quantized_bytes(params, quant, dtype_bytes, rows) + bias
 
