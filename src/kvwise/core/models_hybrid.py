@@ -25,6 +25,12 @@ NOT_MODELLED_ARCHITECTURES = {
 }
 
 
+MAMBA_PREFIX_CACHING_NOT_MODELLED = (
+    "mamba/linear-attention state with prefix caching (mamba_cache_mode 'align' or 'all', which "
+    "keep more than one state page per request): planned with one state page per request"
+)
+
+
 def _layer_kinds(cfg: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     named = get(cfg, "layer_types")
     if named:
@@ -73,6 +79,7 @@ def qwen3_next(cfg: dict[str, Any]) -> dict[str, Any]:
     return fields | {
         "layer_types": _layer_kinds(cfg, fields["num_layers"]),
         "mamba": _gated_delta_net(cfg, fields["hidden_size"]),
+        "not_modelled": (MAMBA_PREFIX_CACHING_NOT_MODELLED,),
         "moe": moe,
         "partial_rotary_factor": float(get(cfg, "partial_rotary_factor", default=1.0)),
         # gated attention: q_proj also emits a per-head output gate (attn_output_gate)
@@ -133,6 +140,7 @@ def granite_moe_hybrid(cfg: dict[str, Any]) -> dict[str, Any]:
         "tie_word_embeddings": bool(get(cfg, "tie_word_embeddings", default=True)),
         "layer_types": kinds,
         "mamba": state,
+        "not_modelled": (MAMBA_PREFIX_CACHING_NOT_MODELLED,),
         # without experts the shared MLP is the whole MLP (GraniteMoeHybridMLP)
         "moe": moe if experts else None,
         "intermediate_size": fields["intermediate_size"] if experts else shared,
@@ -186,6 +194,7 @@ def jamba(cfg: dict[str, Any]) -> dict[str, Any]:
     return fields | {
         "layer_types": kinds,
         "mamba": _mamba1(fields["hidden_size"], cfg),
+        "not_modelled": (MAMBA_PREFIX_CACHING_NOT_MODELLED,),
         "moe": moe,
         "partial_rotary_factor": 0.0,
     }
@@ -216,6 +225,7 @@ def nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
     return fields | {
         "layer_types": tuple(NEMOTRON_H_BLOCKS[b] for b in pattern),
         "mamba": state,
+        "not_modelled": (MAMBA_PREFIX_CACHING_NOT_MODELLED,),
         "gated_mlp": False,
         "norms_per_layer": 1,
         "is_single_block_layers": True,
