@@ -251,3 +251,19 @@ def test_mamba2_state_replicates_its_group_when_tp_does_not_divide_it() -> None:
     assert layout.block_size == 528
     assert [g.kind for g in layout.groups] == ["full"] + ["mamba"] * 4
     assert layout.bytes_per_token == 512
+
+
+def test_mla_before_its_latent_cache_holds_k_and_v_per_head() -> None:
+    # vllm PR #10927 (V0, before MLA), DeepSeek-V2-Lite-Chat on H100: "Loading model weights took
+    # 29.3010 GB", "kv_cache_size=35.42GiB", "# GPU blocks: 5373": a block of 16 tokens x 27
+    # layers x 16 heads x (K + V) x 256 x 2 bytes = 7,077,888 bytes
+    from kvwise.core.weights import weight_bytes_per_rank
+    from kvwise.planner.kv_release import for_release
+
+    model = for_release(load_model("deepseek-ai/DeepSeek-V2-Lite-Chat"), "0.6.4")
+    layout = kv_layout(model, tp=1, pp=1, block_size=16, dtype_bytes=2)
+    assert layout.bytes_per_block == 7_077_888
+    assert int(35.42 * GIB) // layout.bytes_per_block == 5373
+    assert weight_bytes_per_rank(model) / GIB == pytest.approx(29.30, abs=0.05)
+    latent = for_release(load_model("deepseek-ai/DeepSeek-V2-Lite-Chat"), "0.7.3")
+    assert kv_layout(latent, tp=1, pp=1, block_size=16, dtype_bytes=2).bytes_per_token == 31_104

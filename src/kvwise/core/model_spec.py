@@ -42,6 +42,8 @@ class MlaSpec:
     qk_nope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None  # None: a plain q_proj (DeepSeek-V2-Lite)
+    # False before vLLM 0.7.1: K and V cached per head, padded to 256 (see planner/kv_release.py)
+    has_latent_cache: bool = True
 
     @property
     def cache_dim(self) -> int:

@@ -233,7 +233,7 @@ def _mla_absorbed_bytes(spec: ModelSpec, tp: int, dtype_bytes: int) -> int:
     """MLA backends keep W_UK and W_UV, unquantized copies of kv_b_proj, next to it
     (vllm/v1/attention/backends/mla/common.py, process_weights_after_loading)."""
     mla = spec.mla
-    if mla is None:
+    if mla is None or not mla.has_latent_cache:
         return 0
     heads_rank = spec.num_attention_heads // tp
     per_layer = mla.kv_lora_rank * heads_rank * (mla.qk_nope_head_dim + mla.v_head_dim)

@@ -14,6 +14,9 @@ from kvwise.core.models import FULL, MAMBA, MLP, SLIDING, ModelSpec
 from kvwise.planner.kv_mamba import mamba_block_size
 
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+# vLLM < 0.7.1 DeepseekV2Attention: Attention(num_local_heads, 256, ...), q/k/v padded to 256
+# (29.30 GiB of weights and 35.42 GiB -> 5,373 blocks for DeepSeek-V2-Lite, vllm PR #10927)
+PRE_MLA_HEAD_SIZE = 256
 MAX_CONCURRENT_BATCHES = 2  # async scheduling keeps two batches in flight (sliding-window cap)
 
 
@@ -55,10 +58,13 @@ def _group_layers(layer_types: tuple[str, ...]) -> dict[str, int]:
 
 def attention_page_bytes_per_token(model: ModelSpec, tp: int, dtype_bytes: int) -> int:
     """One attention layer's KV for one token on one rank (FullAttentionSpec, block_size 1)."""
-    if model.mla is not None:
+    if model.mla is not None and model.mla.has_latent_cache:
         # MLAAttentionSpec: the latent and rope key once per token, replicated on every TP rank
         # (one KV "head", vllm/v1/kv_cache_interface.py), no separate V
         return model.mla.cache_dim * dtype_bytes
+    if model.mla is not None:
+        # before the latent cache: K and V for every query head, padded to head size 256
+        return model.num_attention_heads // tp * 2 * PRE_MLA_HEAD_SIZE * dtype_bytes
     # K and V for this rank's KV heads (replicated when fewer heads than ranks)
     heads_per_rank = max(1, model.num_kv_heads // tp)
     return heads_per_rank * 2 * model.head_dim * dtype_bytes

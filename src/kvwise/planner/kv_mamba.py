@@ -5,16 +5,14 @@ the same block pool as attention KV. `HybridAttentionMambaModelConfig.verify_and
 (vllm/model_executor/models/config.py) makes the pages equal: the attention block size grows to
 the smallest multiple of 16 tokens whose page holds one state, and the state is padded to that
 page. kvwise models this without prefix caching (`mamba_cache_mode` "none": one state page per
-request); earlier releases kept the state outside the KV pool and are refused.
+request); earlier releases kept the state outside the KV pool (`kv_release.py` refuses them).
 """
 
 from __future__ import annotations
 
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
-from kvwise.errors import UnsupportedModelError
 
 KERNEL_BLOCK_ALIGNMENT = 16  # FlashAttention / FlashInfer block sizes are multiples of 16
-FIRST_RELEASE = (0, 11)  # the unified page (and V1 as the only engine for these models)
 
 
 def mamba_page_bytes(model: ModelSpec, tp: int) -> int:
@@ -35,16 +33,3 @@ def mamba_block_size(model: ModelSpec, tp: int, attention_bytes_per_token: int, 
     align = KERNEL_BLOCK_ALIGNMENT
     needed = align * -(-page // (align * attention_bytes_per_token))
     return max(block, needed)  # a user's larger --block-size is kept
-
-
-def check_release(model: ModelSpec, version: str) -> None:
-    """Refuse hybrid Mamba models on releases whose state accounting kvwise does not model."""
-    if model.mamba is None:
-        return
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if parts < FIRST_RELEASE:
-        raise UnsupportedModelError(
-            f"{model.model_id} on vLLM {version}: not modelled: the mamba/linear-attention state "
-            "of releases before 0.11 (kept outside the paged KV pool, no page padding); "
-            "plan with --vllm-version 0.11 or later"
-        )
