@@ -206,3 +206,34 @@ def test_jamba_layout_counts_its_published_52b_total_12b_active() -> None:
     spec = spec_from_config(config, "jamba-like")
     assert count_params(spec) / 1e9 == pytest.approx(52, rel=0.01)
     assert active_params(spec) / 1e9 == pytest.approx(12, rel=0.02)
+
+
+def test_deepseek_v2_layout_counts_its_published_236b_total_21b_active() -> None:
+    from kvwise.core.models import spec_from_config
+    from kvwise.core.weights import active_params
+
+    # the DeepSeek-V2 paper's hyper-parameters (arXiv 2405.04434, section 3.1): 60 layers of 5120,
+    # 128 heads, d_c 512, d_c' 1536, rope 64 (nope 128, v 128), 2 shared + 160 routed experts of
+    # 1536, 6 routed per token, the first layer dense; "236B total parameters, 21B activated"
+    config = {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "hidden_size": 5120,
+        "num_hidden_layers": 60,
+        "num_attention_heads": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 102400,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 160,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "moe_intermediate_size": 1536,
+        "first_k_dense_replace": 1,
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from_config(config, "deepseek-v2-like")
+    assert count_params(spec) / 1e9 == pytest.approx(236, rel=0.005)
+    assert active_params(spec) / 1e9 == pytest.approx(21, rel=0.02)
