@@ -145,3 +145,12 @@ def test_granite_4_hybrid_reads_mamba_layers_experts_and_no_rope() -> None:
     assert spec.attention_layer_types == ("mamba", "mamba", "mamba", FULL)
     assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 1024
     assert spec.partial_rotary_factor == 0.0 and spec.tie_word_embeddings
+
+
+def test_a_variant_that_is_not_modelled_is_one_line_naming_model_and_part() -> None:
+    # DeepSeek-V3.2 adds a sparse-attention indexer (`index_topk`) with its own key cache
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "index_topk": 2048}
+    with pytest.raises(UnsupportedModelError) as info:
+        spec_from_config(config, "deepseek-ai/DeepSeek-V3.2-Exp")
+    assert str(info.value).startswith("deepseek-ai/DeepSeek-V3.2-Exp: not modelled: DeepSeek-V3.2")
+    assert "\n" not in str(info.value)

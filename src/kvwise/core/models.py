@@ -92,15 +92,7 @@ def architecture_of(config: dict[str, Any]) -> str:
     raise DataError("config.json names neither `architectures` nor a known `model_type`")
 
 
-def spec_from_config(
-    config: dict[str, Any],
-    model_id: str,
-    *,
-    source: str = "",
-    published_params: int | None = None,
-) -> ModelSpec:
-    """Build a ModelSpec from a config.json dict; refuse architectures that are not modelled."""
-    arch = architecture_of(config)
+def _reader(arch: str, model_id: str) -> Reader:
     if arch in NOT_MODELLED_ARCHITECTURES:
         raise UnsupportedModelError(
             f"{model_id}: architecture {arch}: not modelled: {NOT_MODELLED_ARCHITECTURES[arch]}"
@@ -110,23 +102,43 @@ def spec_from_config(
         raise UnsupportedModelError(
             f"{model_id}: architecture {arch} is not modelled by kvwise (modelled: {known})"
         )
+    return ARCHITECTURES[arch]
+
+
+def _dtype(config: dict[str, Any], text: dict[str, Any], model_id: str) -> str:
+    dtype = str(
+        _get(config, "torch_dtype", "dtype", default=_get(text, "torch_dtype", default="bfloat16"))
+    )
+    if dtype not in DTYPE_BYTES:
+        raise DataError(f"{model_id}: unknown torch_dtype {dtype!r}")
+    return dtype
+
+
+def spec_from_config(
+    config: dict[str, Any],
+    model_id: str,
+    *,
+    source: str = "",
+    published_params: int | None = None,
+) -> ModelSpec:
+    """Build a ModelSpec from a config.json dict; refuse architectures that are not modelled."""
+    arch = architecture_of(config)
+    reader = _reader(arch, model_id)
     text = config | config.get("text_config", {}) if "text_config" in config else config
-    fields = ARCHITECTURES[arch](text)
+    try:
+        fields = reader(text)
+    except UnsupportedModelError as exc:  # a variant of a modelled architecture that is not
+        raise UnsupportedModelError(f"{model_id}: {exc}") from exc
     vision, not_modelled = None, tuple(fields.pop("not_modelled", ()))
     if "vision_config" in config and arch in VISION_TOWERS:
         vision = VisionSpec(num_params=VISION_TOWERS[arch](config, fields["hidden_size"]))
         not_modelled += (VISION_PROFILING_NOT_MODELLED,)
     if "quant" not in fields:
         fields["quant"] = parse_quantization(config.get("quantization_config"), model_id)
-    dtype = str(
-        _get(config, "torch_dtype", "dtype", default=_get(text, "torch_dtype", default="bfloat16"))
-    )
-    if dtype not in DTYPE_BYTES:
-        raise DataError(f"{model_id}: unknown torch_dtype {dtype!r}")
     return ModelSpec(
         model_id=model_id,
         architecture=arch,
-        dtype=dtype,
+        dtype=_dtype(config, text, model_id),
         vision=vision,
         not_modelled=not_modelled,
         published_params=published_params,
