@@ -9,6 +9,7 @@ import pytest
 
 from kvwise.core.catalog import load_model
 from kvwise.core.models import FULL, SLIDING, spec_from_config
+from kvwise.core.weights import is_experts_only
 from kvwise.errors import DataError, UnknownModelError, UnsupportedModelError
 
 
@@ -73,9 +74,9 @@ def test_unknown_model_names_the_closest_catalog_entries() -> None:
 def test_gpt_oss_reads_its_window_sinks_and_mxfp4_experts() -> None:
     spec = load_model("openai/gpt-oss-20b")
     assert spec.attention_layer_types[:2] == (SLIDING, FULL) and spec.sliding_window == 128
-    assert spec.has_attention_sinks and spec.quant is None  # attention and router stay bf16
-    assert spec.moe is not None and spec.moe.expert_quant is not None
-    assert spec.moe.expert_quant.bytes_per_param() == 0.5 + 1 / 32  # E2M1 pairs + E8M0 per 32
+    assert spec.has_attention_sinks and spec.quant is not None and spec.quant.method == "mxfp4"
+    assert is_experts_only(spec.quant)  # attention and router stay bf16
+    assert spec.quant.bytes_per_param() == 0.5 + 1 / 32  # E2M1 pairs + E8M0 per 32
 
 
 def test_multimodal_plan_names_the_part_it_does_not_model() -> None:

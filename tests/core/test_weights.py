@@ -237,3 +237,17 @@ def test_deepseek_v2_layout_counts_its_published_236b_total_21b_active() -> None
     spec = spec_from_config(config, "deepseek-v2-like")
     assert count_params(spec) / 1e9 == pytest.approx(236, rel=0.005)
     assert active_params(spec) / 1e9 == pytest.approx(21, rel=0.02)
+
+
+def test_a_read_checkpoint_size_replaces_the_modelled_one_split_the_same_way() -> None:
+    from dataclasses import replace
+
+    spec = load_model("Qwen/Qwen2.5-7B-Instruct")
+    rotary = spec.max_position_embeddings * spec.head_dim * 2
+    sized = replace(spec, checkpoint_weight_bytes=15 * GIB)
+    assert weight_bytes_per_rank(sized, tp=1) == 15 * GIB + rotary
+    modelled_share = (weight_bytes_per_rank(spec, tp=2) - rotary) / (
+        weight_bytes_per_rank(spec, tp=1) - rotary
+    )
+    got_share = (weight_bytes_per_rank(sized, tp=2) - rotary) / (15 * GIB)
+    assert got_share == pytest.approx(modelled_share, rel=1e-6)

@@ -29,8 +29,6 @@ class MoeSpec:
     has_expert_bias: bool = False  # gpt-oss: biases on every expert's gate_up and down
     has_router_bias: bool = False
     has_score_correction_bias: bool = False  # DeepSeek-V3 `e_score_correction_bias` (fp32)
-    # Expert weights quantized apart from the rest (gpt-oss MXFP4: attention stays bf16)
-    expert_quant: QuantSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +111,8 @@ class ModelSpec:
     vision: VisionSpec | None = None
     quant: QuantSpec | None = None
     published_params: int | None = None
+    # the checkpoint's tensors as vLLM holds them (safetensors metadata), whole model; None: unread
+    checkpoint_weight_bytes: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default=())
     # one block per layer (Nemotron-H): attention and mamba layers have no MLP, MLP layers no mixer

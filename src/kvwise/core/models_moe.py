@@ -7,7 +7,7 @@ from typing import Any
 from kvwise.core.config_fields import base_fields, get, require
 from kvwise.core.model_spec import FULL, SLIDING, MlaSpec, MoeSpec
 from kvwise.core.models_dense import Reader, llama, mistral, qwen3
-from kvwise.core.quant import QuantSpec
+from kvwise.core.quant import QuantSpec, parse_quantization
 from kvwise.errors import UnsupportedModelError
 
 # MXFP4 (OCP microscaling): 4-bit E2M1 values, two per byte, and one E8M0 (1-byte) scale per
@@ -39,16 +39,18 @@ def mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
     return mistral(cfg) | {"moe": moe}
 
 
-def _expert_quant(cfg: dict[str, Any]) -> QuantSpec | None:
+def _mxfp4(cfg: dict[str, Any]) -> QuantSpec | None:
     """gpt-oss ships its experts in MXFP4; attention, router, embeddings stay bf16
     (`modules_to_not_convert`, and vLLM's Mxfp4Config quantizes FusedMoE layers only)."""
     qc = cfg.get("quantization_config") or {}
-    method = str(qc.get("quant_method", "")).lower()
     if not qc:
         return None
-    if method != "mxfp4":
-        raise UnsupportedModelError(f"gpt-oss with {method!r} quantization is not modelled")
-    return MXFP4_EXPERTS
+    try:
+        return parse_quantization(qc, "gpt-oss")  # an experts-only MXFP4 scheme where known
+    except UnsupportedModelError:
+        if str(qc.get("quant_method", "")).lower() != "mxfp4":
+            raise
+        return MXFP4_EXPERTS
 
 
 MXFP4_TRITON_NOT_MODELLED = (
@@ -71,8 +73,8 @@ def gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         expert_intermediate_size=fields["intermediate_size"],
         has_expert_bias=True,
         has_router_bias=True,
-        expert_quant=_expert_quant(cfg),
     )
+    quant = _mxfp4(cfg)
     return fields | {
         "has_qkv_bias": True,
         "has_o_bias": True,
@@ -80,8 +82,8 @@ def gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         "layer_types": layer_types,
         "sliding_window": int(require(cfg, "sliding_window")),
         "moe": moe,
-        "quant": None,  # the MXFP4 experts are the only quantized weights
-        "not_modelled": (MXFP4_TRITON_NOT_MODELLED,) if moe.expert_quant else (),
+        "quant": quant,  # MXFP4 holds the experts only (weights.py: is_experts_only)
+        "not_modelled": (MXFP4_TRITON_NOT_MODELLED,) if quant else (),
     }
 
 

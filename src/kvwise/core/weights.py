@@ -199,6 +199,13 @@ def _quantized_bytes(params: float, quant: QuantSpec | None, dtype_bytes: int, r
     return weight
 
 
+def is_experts_only(quant: QuantSpec | None) -> bool:
+    """MXFP4 (vLLM's Mxfp4Config) quantizes FusedMoE experts only; linears stay in model dtype."""
+    return quant is not None and (
+        bool(getattr(quant, "is_experts_only", False)) or quant.method == "mxfp4"
+    )
+
+
 def _kv_replication_params(spec: ModelSpec, tp: int) -> int:
     """Extra k/v projection weights when TP exceeds the KV heads (each rank keeps a whole head)."""
     if spec.mla is not None or spec.num_kv_heads >= tp:
@@ -214,7 +221,6 @@ def _expert_bytes_per_rank(
     moe = spec.moe
     if moe is None:
         return 0.0
-    quant = moe.expert_quant or quant
     mats = 3 if spec.gated_mlp else 2
     moe_layers = num_moe_layers(spec)
     # EP: ranks hold whole experts, the first ones one more when they do not divide evenly
@@ -245,13 +251,14 @@ def _sharded_bytes_per_rank(
 ) -> float:
     """Bytes of the layers' weights on one rank (all layers, before any PP split)."""
     groups = param_groups(spec)
+    linear_quant = None if is_experts_only(quant) else quant
     linear = (groups.linear + _kv_replication_params(spec, tp)) / tp
     rows = linear / spec.hidden_size  # roughly one output row per hidden-size input
-    sharded = _quantized_bytes(linear, quant, dtype_bytes, int(rows))
+    sharded = _quantized_bytes(linear, linear_quant, dtype_bytes, int(rows))
     sharded += groups.linear_bias / tp * dtype_bytes
     sharded += _expert_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
     copies = groups.replicated_linear
-    sharded += _quantized_bytes(copies, quant, dtype_bytes, copies // spec.hidden_size)
+    sharded += _quantized_bytes(copies, linear_quant, dtype_bytes, copies // spec.hidden_size)
     sharded += (groups.replicated + groups.vision) * dtype_bytes
     return sharded + _mla_absorbed_bytes(spec, tp, dtype_bytes)
 
@@ -283,15 +290,42 @@ def weight_bytes_per_rank(
     `--enable-expert-parallel`, experts spread whole over the TP ranks.
     """
     quant = quant if quant is not None else spec.quant
+    weights = _modelled_bytes_per_rank(spec, tp, pp, dtype_bytes, quant, expert_parallel)
+    checkpoint_bytes = _checkpoint_bytes_held(spec, quant, dtype_bytes)
+    if checkpoint_bytes is not None:
+        # The checkpoint's real size, split across ranks the way the modelled layout splits.
+        whole = _modelled_bytes_per_rank(spec, 1, 1, dtype_bytes, quant, expert_parallel)
+        weights *= checkpoint_bytes / whole
+    # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype
+    rotary = (rotary_cache_len or spec.max_position_embeddings) * _rotary_dim(spec) * dtype_bytes
+    return int(weights + rotary)
+
+
+def _checkpoint_bytes_held(
+    spec: ModelSpec, quant: QuantSpec | None, dtype_bytes: int
+) -> int | None:
+    """The checkpoint's bytes when vLLM holds its tensors as stored: not when it quantizes on
+    load (`quant` is not the checkpoint's own) or casts (fp32 checkpoints run as bf16)."""
+    if quant != spec.quant or dtype_bytes != spec.dtype_bytes:
+        return None
+    return spec.checkpoint_weight_bytes
+
+
+def _modelled_bytes_per_rank(
+    spec: ModelSpec,
+    tp: int,
+    pp: int,
+    dtype_bytes: int,
+    quant: QuantSpec | None,
+    expert_parallel: bool,
+) -> float:
     vocab_rank = _pad(spec.vocab_size, VOCAB_PADDING) // tp
     embedding = vocab_rank * spec.hidden_size * dtype_bytes  # never quantized
     lm_head = 0 if spec.tie_word_embeddings else embedding  # unquantized (lm_head_quantized off)
     layers = _sharded_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
-    # rotary cos/sin cache: max positions x rotary dim, registered as a buffer in the model dtype
-    rotary = (rotary_cache_len or spec.max_position_embeddings) * _rotary_dim(spec) * dtype_bytes
     if pp == 1:
-        return int(embedding + lm_head + layers + rotary)
+        return embedding + lm_head + layers
     # PP: layers split evenly (the first ranks take the remainder); embedding on the first rank,
     # lm_head on the last. Return the heaviest rank, which bounds the KV pool (min over ranks).
     layer_share = -(-spec.num_layers // pp) / spec.num_layers
-    return int(layers * layer_share + rotary + max(embedding, lm_head))
+    return layers * layer_share + max(embedding, lm_head)
