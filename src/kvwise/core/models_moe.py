@@ -98,6 +98,12 @@ def _mla(cfg: dict[str, Any]) -> MlaSpec:
     )
 
 
+MLA_BLOCK_SIZE_NOT_MODELLED = (
+    "MLA backends' own block size (FlashMLA 64, CUTLASS MLA 128 tokens): blocks are counted at "
+    "the planned --block-size; KV bytes and tokens do not depend on it beyond one block's rounding"
+)
+
+
 def deepseek(cfg: dict[str, Any]) -> dict[str, Any]:
     """DeepseekV2/V3ForCausalLM (DeepSeek-V2, V2-Lite, V3, R1, Kimi-K2): MLA attention, MoE
     with shared experts after `first_k_dense_replace` dense layers."""
@@ -120,7 +126,13 @@ def deepseek(cfg: dict[str, Any]) -> dict[str, Any]:
     mla = _mla(cfg)
     # vLLM (ModelConfig.get_num_kv_heads / get_head_size with use_mla): one latent KV "head" of
     # kv_lora_rank + qk_rope_head_dim, the same on every TP rank
-    return base_fields(cfg) | {"num_kv_heads": 1, "head_dim": mla.cache_dim, "mla": mla, "moe": moe}
+    return base_fields(cfg) | {
+        "num_kv_heads": 1,
+        "head_dim": mla.cache_dim,
+        "mla": mla,
+        "moe": moe,
+        "not_modelled": (MLA_BLOCK_SIZE_NOT_MODELLED,),
+    }
 
 
 CHUNKED_LOCAL_NOT_MODELLED = (
