@@ -9,6 +9,7 @@ import pytest
 
 from kvwise.core.catalog import load_model
 from kvwise.core.models import FULL, SLIDING, spec_from_config
+from kvwise.core.weights import is_experts_only
 from kvwise.errors import DataError, UnknownModelError, UnsupportedModelError
 
 
@@ -35,10 +36,10 @@ def test_gemma3_alternates_five_sliding_layers_with_one_global() -> None:
     assert types.count(FULL) == 10 and spec.sliding_window == 1024
 
 
-def test_unknown_architecture_is_refused_not_guessed() -> None:
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168}
-    with pytest.raises(UnsupportedModelError, match="not modelled"):
-        spec_from_config(config, "deepseek-ai/DeepSeek-V3")
+def test_unknown_architecture_is_refused_in_one_line_naming_it() -> None:
+    config = {"architectures": ["RwkvForCausalLM"], "hidden_size": 4096}
+    with pytest.raises(UnsupportedModelError, match="architecture RwkvForCausalLM is not modelled"):
+        spec_from_config(config, "RWKV/rwkv-4-world-7b")
 
 
 def test_local_config_json_and_directory(tmp_path: Path) -> None:
@@ -68,3 +69,89 @@ def test_broken_local_config_is_a_data_error(tmp_path: Path) -> None:
 def test_unknown_model_names_the_closest_catalog_entries() -> None:
     with pytest.raises(UnknownModelError, match=r"Qwen/Qwen2\.5-7B-Instruct"):
         load_model("Qwen/Qwen2.5-7B-Instrct")
+
+
+def test_gpt_oss_reads_its_window_sinks_and_mxfp4_experts() -> None:
+    spec = load_model("openai/gpt-oss-20b")
+    assert spec.attention_layer_types[:2] == (SLIDING, FULL) and spec.sliding_window == 128
+    assert spec.has_attention_sinks and spec.quant is not None and spec.quant.method == "mxfp4"
+    assert is_experts_only(spec.quant)  # attention and router stay bf16
+    assert spec.quant.bytes_per_param() == 0.5 + 1 / 32  # E2M1 pairs + E8M0 per 32
+
+
+def test_multimodal_plan_names_the_part_it_does_not_model() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.planner import plan
+
+    result = plan(
+        load_model("mistralai/Mistral-Small-3.1-24B-Instruct-2503"),
+        find_gpu("H100"),
+        VllmFlags(max_model_len=8192),
+        vllm_version="0.19.0",
+    )
+    assert any("vision encoder profiling" in p for p in result.to_json()["not_modelled"])
+    assert (
+        plan(
+            load_model("Qwen/Qwen2.5-7B-Instruct"),
+            find_gpu("H100"),
+            VllmFlags(),
+            vllm_version="0.19.0",
+        ).to_json()["not_modelled"]
+        == []
+    )
+
+
+def test_kimi_k2_and_qwen3_next_plan_from_the_catalog() -> None:
+    kimi = load_model("moonshotai/Kimi-K2-Instruct")
+    assert kimi.mla is not None and kimi.num_kv_heads == 1 and kimi.head_dim == 512 + 64
+    assert kimi.moe is not None and kimi.moe.num_dense_layers == 1
+    qwen = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    assert qwen.attention_layer_types[:4] == ("mamba", "mamba", "mamba", FULL)
+    assert qwen.num_attention_layers == 12
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    ["FalconH1ForCausalLM", "MllamaForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration"],
+)
+def test_known_but_unmodelled_architectures_say_which_part(architecture: str) -> None:
+    with pytest.raises(UnsupportedModelError, match=f"architecture {architecture}: not modelled: "):
+        spec_from_config({"architectures": [architecture]}, "some/model")
+
+
+def test_granite_4_hybrid_reads_mamba_layers_experts_and_no_rope() -> None:
+    # keys as GraniteMoeHybridConfig names them; small numbers
+    config = {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "hidden_size": 512,
+        "num_hidden_layers": 4,
+        "layer_types": ["mamba", "mamba", "mamba", "attention"],
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 256,
+        "shared_intermediate_size": 1024,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 1000,
+        "mamba_n_heads": 16,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+        "position_embedding_type": "nope",
+        "torch_dtype": "bfloat16",
+    }
+    spec = spec_from_config(config, "granite-like")
+    assert spec.attention_layer_types == ("mamba", "mamba", "mamba", FULL)
+    assert spec.moe is not None and spec.moe.shared_expert_intermediate_size == 1024
+    assert spec.partial_rotary_factor == 0.0 and spec.tie_word_embeddings
+
+
+def test_a_variant_that_is_not_modelled_is_one_line_naming_model_and_part() -> None:
+    # DeepSeek-V3.2 adds a sparse-attention indexer (`index_topk`) with its own key cache
+    config = {"architectures": ["DeepseekV3ForCausalLM"], "index_topk": 2048}
+    with pytest.raises(UnsupportedModelError) as info:
+        spec_from_config(config, "deepseek-ai/DeepSeek-V3.2-Exp")
+    assert str(info.value).startswith("deepseek-ai/DeepSeek-V3.2-Exp: not modelled: DeepSeek-V3.2")
+    assert "\n" not in str(info.value)

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.core.models import FULL, SLIDING, ModelSpec
+from kvwise.core.models import FULL, MAMBA, MLP, SLIDING, ModelSpec
+from kvwise.planner.kv_mamba import mamba_block_size
 
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
+# vLLM < 0.7.1 DeepseekV2Attention: Attention(num_local_heads, 256, ...), q/k/v padded to 256
+# (29.30 GiB of weights and 35.42 GiB -> 5,373 blocks for DeepSeek-V2-Lite, vllm PR #10927)
+PRE_MLA_HEAD_SIZE = 256
 MAX_CONCURRENT_BATCHES = 2  # async scheduling keeps two batches in flight (sliding-window cap)
 
 
 @dataclass(frozen=True)
 class KvGroup:
-    kind: str  # FULL or SLIDING
+    kind: str  # FULL, SLIDING or MAMBA
     num_layers: int  # layers per group on this rank, padding included
     sliding_window: int | None
 
@@ -26,7 +30,7 @@ class KvGroup:
 @dataclass(frozen=True)
 class KvLayout:
     groups: tuple[KvGroup, ...]
-    page_bytes: int  # one layer's page: block_size tokens of K and V for this rank's heads
+    page_bytes: int  # one layer's page: block_size tokens of K and V (or one padded mamba state)
     block_size: int
 
     @property
@@ -37,7 +41,8 @@ class KvLayout:
     @property
     def bytes_per_token(self) -> int:
         """KV bytes one token costs on this rank (all real layers)."""
-        return sum(g.num_layers for g in self.groups) * self.page_bytes // self.block_size
+        layers = sum(g.num_layers for g in self.groups if g.kind != MAMBA)
+        return layers * self.page_bytes // self.block_size
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, runtime_dtype: str) -> int:
@@ -51,6 +56,24 @@ def _group_layers(layer_types: tuple[str, ...]) -> dict[str, int]:
     return counts
 
 
+def attention_page_bytes_per_token(model: ModelSpec, tp: int, dtype_bytes: int) -> int:
+    """One attention layer's KV for one token on one rank (FullAttentionSpec, block_size 1)."""
+    if model.mla is not None and model.mla.has_latent_cache:
+        # MLAAttentionSpec: the latent and rope key once per token, replicated on every TP rank
+        # (one KV "head", vllm/v1/kv_cache_interface.py), no separate V
+        return model.mla.cache_dim * dtype_bytes
+    if model.mla is not None:
+        # before the latent cache: K and V for every query head, padded to head size 256
+        return model.num_attention_heads // tp * 2 * PRE_MLA_HEAD_SIZE * dtype_bytes
+    # K and V for this rank's KV heads (replicated when fewer heads than ranks)
+    heads_per_rank = max(1, model.num_kv_heads // tp)
+    return heads_per_rank * 2 * model.head_dim * dtype_bytes
+
+
+def _window(model: ModelSpec, kind: str) -> int | None:
+    return model.sliding_window if kind == SLIDING else None
+
+
 def kv_layout(
     model: ModelSpec,
     *,
@@ -61,24 +84,25 @@ def kv_layout(
     is_hybrid_manager: bool = True,
 ) -> KvLayout:
     """KV-cache groups and page size on the most loaded rank."""
-    # K and V, per layer, for this rank's KV heads (replicated when fewer heads than ranks)
-    heads_per_rank = max(1, model.num_kv_heads // tp)
-    page = block_size * heads_per_rank * 2 * model.head_dim * dtype_bytes
+    per_token = attention_page_bytes_per_token(model, tp, dtype_bytes)
+    page = block_size * per_token
+    if model.mamba is not None:
+        block_size = mamba_block_size(model, tp, per_token, block_size)
+        page = block_size * per_token  # the mamba state is padded to this page
     layers_per_rank = -(-model.num_layers // pp)
-    types = model.attention_layer_types[:layers_per_rank]
+    # MLP-only layers (Nemotron-H) keep nothing per token or per request
+    types = tuple(t for t in model.attention_layer_types[:layers_per_rank] if t != MLP)
     counts = _group_layers(types)
-    if len(counts) == 1 or not is_hybrid_manager:
+    if len(counts) == 1 or (not is_hybrid_manager and MAMBA not in counts):
         kind = next(iter(counts)) if len(counts) == 1 else FULL
-        window = model.sliding_window if kind == SLIDING else None
-        return KvLayout((KvGroup(kind, len(types), window),), page, block_size)
+        return KvLayout((KvGroup(kind, len(types), _window(model, kind)),), page, block_size)
     smallest, largest = min(counts.values()), max(counts.values())
     # group size: the smallest bucket, or the largest when buckets are within 1.5x of each other
     group_size = largest if largest < 1.5 * smallest else smallest
     groups: list[KvGroup] = []
-    for kind in (FULL, SLIDING):
-        window = model.sliding_window if kind == SLIDING else None
+    for kind in (FULL, SLIDING, MAMBA):
         num_groups = -(-counts.get(kind, 0) // group_size)
-        groups += [KvGroup(kind, group_size, window)] * num_groups
+        groups += [KvGroup(kind, group_size, _window(model, kind))] * num_groups
     return KvLayout(tuple(groups), page, block_size)
 
 
@@ -95,6 +119,8 @@ def blocks_per_request(layout: KvLayout, max_model_len: int, max_num_batched_tok
             in_flight = MAX_CONCURRENT_BATCHES * max_num_batched_tokens
             tokens = min(group.sliding_window - 1 + in_flight, max_model_len)
             total += cdiv(tokens, layout.block_size) + 1
+        elif group.kind == MAMBA:
+            total += 1  # MambaSpec without prefix caching: one state page per request
         else:
             total += cdiv(max_model_len, layout.block_size)
     return total

@@ -24,6 +24,7 @@ from kvwise.planner.kv import (
     kv_layout,
     kv_tokens,
 )
+from kvwise.planner.kv_release import for_release
 from kvwise.planner.result import (
     KvCapacity,
     MemoryBreakdown,
@@ -154,6 +155,7 @@ def plan(
 ) -> Plan:
     """Predict what vLLM logs and decides at start-up (all memory figures per GPU)."""
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
+    model = for_release(model, rules.version)
     resolved = resolve_flags(model, gpu, flags, rules)
     parts = _non_kv(model, gpu, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)

@@ -122,6 +122,8 @@ def render(plan: Plan, console: Console) -> None:
     console.print(f"Host RAM needed: about {plan.host_ram_bytes / GIB:.1f} GiB")
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    for part in plan.not_modelled:
+        console.print(f"[magenta]not modelled:[/] {part}", highlight=False)
     defaults = default_flags(plan.model, plan.gpu, plan.vllm_version)
     command = vllm_command(plan.model.model_id, plan.flags, defaults)
     console.print(f"\n{command}", markup=False, highlight=False)

@@ -91,6 +91,12 @@ class Plan:
     def starts(self) -> bool:
         return self.error is None
 
+    @property
+    def not_modelled(self) -> tuple[str, ...]:
+        """Parts of vLLM's memory for this plan that kvwise does not model, each named exactly;
+        the figures above stand without them (a part that would dominate is refused instead)."""
+        return self.model.not_modelled
+
     def to_json(self) -> dict[str, Any]:
         """The brief's JSON contract (GiB at the edge, rounded to 3 decimals)."""
         mem = self.memory
@@ -130,4 +136,5 @@ class Plan:
             "error": None if self.error is None else asdict(self.error),
             "host_ram_gib": gib(self.host_ram_bytes),
             "warnings": list(self.warnings),
+            "not_modelled": list(self.not_modelled),
         }

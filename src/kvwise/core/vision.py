@@ -1,0 +1,88 @@
+"""Vision towers of multimodal checkpoints: their parameter counts, from `vision_config`.
+
+vLLM loads the tower next to the text model and keeps it unquantized. What the tower costs at
+start-up beyond its weights (vLLM profiles the encoder with dummy images of the largest size)
+is not derived here: `memory.py` carries one allowance fitted on gemma-3, and every plan of a
+multimodal model names that part as not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvwise.errors import UnsupportedModelError
+
+VISION_PROFILING_NOT_MODELLED = (
+    "vision encoder profiling activation (vLLM's dummy-image encoder pass; kvwise adds a fixed "
+    "0.3 GiB allowance fitted on gemma-3-27b-it)"
+)
+
+
+def _siglip(vision: dict[str, Any], text_hidden: int) -> int:
+    """SigLIP tower (Gemma-3) plus its projector (RMSNorm + linear to the text width)."""
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    image = int(vision["image_size"])
+    channels = int(vision.get("num_channels", 3))
+    num_patches = (image // patch) ** 2
+    # per layer: q, k, v, o (with biases), fc1 + fc2 (with biases), 2 LayerNorms (weight + bias)
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inter + inter + hidden + 4 * hidden
+    embeddings = channels * patch * patch * hidden + hidden + num_patches * hidden
+    tower = int(vision["num_hidden_layers"]) * per_layer + embeddings + 2 * hidden
+    return tower + hidden * (text_hidden + 1)
+
+
+def _pixtral(vision: dict[str, Any], text_hidden: int, merge: int) -> int:
+    """Pixtral tower (Mistral-Small-3.x, vLLM's PixtralHFVisionModel) plus Mistral3's projector."""
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    channels = int(vision.get("num_channels", 3))
+    # per layer: q, k, v, o without biases; gated MLP (gate, up, down); 2 RMSNorms
+    per_layer = 4 * hidden * hidden + 3 * hidden * inter + 2 * hidden
+    tower = int(vision["num_hidden_layers"]) * per_layer
+    tower += channels * patch * patch * hidden + hidden  # patch_conv (no bias) and ln_pre
+    # Mistral3MultiModalProjector: RMSNorm, patch merger (merge^2 patches -> 1), two linears
+    projector = hidden + merge * merge * hidden * hidden + hidden * text_hidden
+    return tower + projector + text_hidden * text_hidden
+
+
+def _llama4(config: dict[str, Any], text_hidden: int) -> int:
+    """Llama-4's vision tower (vllm/model_executor/models/mllama4.py: Llama4VisionModel), its
+    pixel-shuffle adapter and the projector to the text width; no projector biases."""
+    vision = config["vision_config"]
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    channels = int(vision.get("num_channels", 3))
+    num_patches = (int(vision["image_size"]) // patch) ** 2
+    # per layer: q, k, v, o and fc1, fc2, all with biases; 2 LayerNorms (weight + bias)
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inter + inter + hidden + 4 * hidden
+    tower = int(vision["num_hidden_layers"]) * per_layer
+    # unfold-conv patch embedding (no bias), class embedding, positions (+ class), 2 LayerNorms
+    tower += channels * patch * patch * hidden + hidden + (num_patches + 1) * hidden + 4 * hidden
+    shuffled = int(hidden / float(vision["pixel_shuffle_ratio"]) ** 2)
+    adapter = shuffled * int(vision["projector_input_dim"])
+    adapter += int(vision["projector_input_dim"]) * int(vision["projector_output_dim"])
+    projector = int(vision["vision_output_dim"]) * text_hidden
+    return tower + adapter + projector
+
+
+def gemma3_vision(config: dict[str, Any], text_hidden: int) -> int:
+    return _siglip(config["vision_config"], text_hidden)
+
+
+def mistral3_vision(config: dict[str, Any], text_hidden: int) -> int:
+    if config.get("multimodal_projector_bias"):
+        raise UnsupportedModelError("not modelled: Mistral3 projector biases")
+    return _pixtral(config["vision_config"], text_hidden, int(config.get("spatial_merge_size", 2)))
+
+
+# architecture -> parameters of its vision tower and projector
+VISION_TOWERS: dict[str, Callable[[dict[str, Any], int], int]] = {
+    "Gemma3ForConditionalGeneration": gemma3_vision,
+    "Mistral3ForConditionalGeneration": mistral3_vision,
+    "Llama4ForConditionalGeneration": _llama4,
+}

@@ -1,0 +1,30 @@
+"""A model as a given vLLM release lays out its KV cache, or a refusal naming the release."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvwise.core.models import ModelSpec
+from kvwise.errors import UnsupportedModelError
+
+FIRST_MAMBA_RELEASE = (0, 11)  # the unified mamba page (and V1 as the only engine for them)
+# MLA's latent cache arrived in vLLM 0.7.1; before it DeepSeek models cached K and V per head
+# (planner/kv.py, PRE_MLA_HEAD_SIZE), and no absorbed W_UK/W_UV copies were made.
+FIRST_MLA_RELEASE = (0, 7, 1)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+def for_release(model: ModelSpec, version: str) -> ModelSpec:
+    """The model as `version` caches it; refuse layouts kvwise does not model on that release."""
+    if model.mla is not None and _release(version) < FIRST_MLA_RELEASE:
+        return replace(model, mla=replace(model.mla, has_latent_cache=False))
+    if model.mamba is not None and _release(version)[:2] < FIRST_MAMBA_RELEASE:
+        raise UnsupportedModelError(
+            f"{model.model_id} on vLLM {version}: not modelled: the mamba/linear-attention state "
+            "of releases before 0.11 (kept outside the paged KV pool, no page padding); "
+            "plan with --vllm-version 0.11 or later"
+        )
+    return model
