@@ -84,7 +84,7 @@ def _hub_ids() -> dict[str, str]:
 
 
 def out_of_sample_files() -> tuple[Path, ...]:
-    return tuple(sorted((DATA / "unseen").glob("*.jsonl")))
+    return tuple(sorted((DATA / "unseen").glob("startup_logs_*.jsonl")))
 
 
 def load(paths: Iterable[Path]) -> list[dict[str, Any]]:
@@ -120,10 +120,12 @@ class Scored:
 
 
 def _version(record: dict[str, Any]) -> str:
-    stated = str(record.get("vllm_version") or "").lstrip("v")
-    if stated[:1].isdigit():
-        return stated.split(" ")[0].split("+")[0]
-    return ENGINE_VERSIONS[record.get("engine") or "V1"]
+    """The stated release; else one of the engine generation the log shows. A source build
+    without git metadata calls itself 0.1.devN: that says nothing of its release."""
+    stated = str(record.get("vllm_version") or "").lstrip("v").split(" ")[0].split("+")[0]
+    if stated[:1].isdigit() and not stated.startswith("0.1."):
+        return stated
+    return ENGINE_VERSIONS.get(str(record.get("engine")), ENGINE_VERSIONS["V1"])
 
 
 def family_of(version: str) -> str:
