@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from kvwise.core.gpus import GIB, GpuSpec
+from kvwise.core.gpus import GIB
 from kvwise.planner import plan
 from tests.planner.cases import Case, free_gib_from_error, load_records, to_case
 
@@ -51,12 +51,16 @@ def _cases(outcome: str) -> list[Case]:
 
 
 def _plan(case: Case):  # type: ignore[no-untyped-def]
-    gpu = case.gpu
     free = free_gib_from_error(case.record)
-    if free is not None:
-        # another process held memory: the free figure is the situation, as NVML would report it
-        gpu = GpuSpec(**{**gpu.__dict__, "free_bytes": int(free * GIB) + int(0.5 * GIB)})
-    return plan(case.model, gpu, case.flags, vllm_version=case.vllm_version)
+    # another process held memory: vLLM's own start-up figure (its snapshot, context included)
+    startup_free = int(free * GIB) if free is not None else None
+    return plan(
+        case.model,
+        case.gpu,
+        case.flags,
+        vllm_version=case.vllm_version,
+        startup_free_bytes=startup_free,
+    )
 
 
 def test_kv_tokens_within_bars_of_logged_figures(fidelity_report: list[str]) -> None:

@@ -51,7 +51,8 @@ class VersionRules:
     default_gpu_memory_utilization: float
     accounting: str  # "per_instance" or "global" (util caps all memory on the device)
     startup_free_check: bool  # V1 >= 0.9.1: free memory must cover total x util
-    cuda_graph_in_budget: bool  # the graph estimate is deducted from the KV budget (0.20+)
+    cuda_graph_in_budget: bool  # V1 runner: the graph estimate is deducted from the budget (0.20+)
+    graph_estimate_in_v2_runner: bool  # Model Runner V2 estimates its graphs (0.29+; 0 before)
     batch_tiers: tuple[BatchTier, ...]
     v0_chunked_mnbt: int  # V0 max_num_batched_tokens default with chunked prefill on
     v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
@@ -64,7 +65,12 @@ class VersionRules:
     cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
     cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
     sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
-    v2_runner: str  # Model Runner V2 with persistent penalty state: "none", "dense", "all"
+    v2_runner: str  # which models get Model Runner V2 by default (see memory.uses_v2_runner)
+    v2_runner_archs: tuple[str, ...]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release
+    hybrid_kv_groups: bool  # sliding and full layers in separate KV-cache groups (V1 0.9.1+)
+    custom_all_reduce: str  # "v0": three 8 MiB IPC buffers when enabled
+    lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
+    lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
     has_kv_cache_memory_bytes: bool
     has_auto_max_model_len: bool
 
@@ -113,6 +119,8 @@ def _tier(raw: dict[str, Any]) -> BatchTier:
 def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
     fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
+    fields["v2_runner_archs"] = tuple(fields["v2_runner_archs"])
+    fields["lora_max_ranks"] = tuple(fields["lora_max_ranks"])
     return VersionRules(version=version, **fields)
 
 

@@ -7,6 +7,8 @@ The few empirical constants are fitted on real start-up logs in `shared/validati
 
 from __future__ import annotations
 
+import re
+
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
 from kvwise.core.weights import weight_bytes_per_rank
@@ -32,21 +34,36 @@ V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [
 # (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
 
 # --- non-torch memory charged to the budget ------------------------------------------------------
-# Per-instance accounting (V0 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase" is 0.24-0.27
-# GiB at TP1 in the 0.19 sweep; 2.06-2.13 GiB per GPU at TP >= 2 on NVLink H100s (custom
-# all-reduce and NCCL buffers). On PCIe cards without P2P (RTX 4090 pairs) the custom all-reduce
-# is off: vllm#13061 logs 0.25 GiB at TP2.
+# Per-instance accounting (V0 0.4-0.6.3 and 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase"
+# is 0.24-0.27 GiB at TP1 in the 0.19 sweep; V0 at TP2 on RTX 4090s (no P2P, custom all-reduce
+# off) logs 0.25 GiB (vllm#13061). Fit on those logs: one figure for both engines.
 NON_TORCH_BYTES = int(0.25 * GIB)
 # Global accounting (V0 0.6.4, V1 0.8.0-0.9.0: util caps everything on the device) charges the
 # CUDA context and every other process too: vllm#10517 logs 0.35 GiB with nothing else running.
 GLOBAL_NON_TORCH_BYTES = int(0.35 * GIB)
-MULTI_GPU_NVLINK_EXTRA_BYTES = int(1.85 * GIB)
+# TP >= 2 on NVSwitch Hopper/Blackwell (H100/H200 SXM, B200): 2.06-2.13 GiB per GPU in the 0.19
+# H100 sweep (TP2, TP4), 1.85 GiB above TP1. NCCL's NVLink SHARP (NVLS) buffers, which NCCL sets
+# up only on NVSwitch systems of compute capability 9.0+ (NCCL docs, NCCL_NVLS_ENABLE); A100
+# NVLink, H100 NVL bridges and PCIe cards do not get them.
+NVLS_EXTRA_BYTES = int(1.85 * GIB)
+NVSWITCH_MIN_BYTES_S = 450e9  # HGX NVSwitch boards: 450 GB/s per direction and up
 NVLINK_MIN_BYTES_S = 100e9  # interconnects at least this fast are NVLink-class
-# Model Runner V2 (0.26+ dense, 0.29+ all) keeps int32 penalty counts for every running slot:
-# int32[max_num_seqs, vocab] (vllm/v1/worker/gpu/sample/penalties.py), consumed memory.
+# Custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py, 0.4.0-0.33.0,
+# CustomAllreduce.__init__): meta (8 MiB + meta_size) + an 8 MiB IPC buffer + 8 MiB rank_data.
+# Enabled (init_custom_ar / CustomAllreduce checks) for world sizes 2, 4, 6, 8 with GPU P2P, and
+# above 2 only with full NVLink.
+CUSTOM_ALL_REDUCE_BYTES = 3 * 8 * 1024 * 1024
+CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
+# Model Runner V2 keeps int32 penalty counts for every running slot:
+# int32[max_num_seqs, vocab] (vllm/v1/worker/gpu/sample/penalties.py, 0.22+), consumed memory.
 V2_PENALTY_BYTES_PER_LOGIT = 4
 
 # --- CUDA context: before vLLM's memory snapshot, outside the budget -------------------------------
+# The worker's MemorySnapshot / init_gpu_memory (mem_get_info after torch.cuda.set_device) is
+# taken once the process's CUDA context exists, so the context is never inside the budget. Its
+# size is a fit: vllm#10517 (0.6.4, RTX 3090, global accounting) charges 0.35 GiB of non-torch
+# memory with nothing else on the card, cuBLAS workspaces included; 0.5 GiB leaves room for the
+# larger contexts of Hopper cards.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 
 # --- CUDA graphs ---------------------------------------------------------------------------------------
@@ -130,10 +147,53 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
     )
 
 
-def _uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
-    if rules.v2_runner == "all":
-        return True
-    return rules.v2_runner == "dense" and model.moe is None and not model.is_hybrid
+def uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
+    """Whether the release runs this model on Model Runner V2 by default
+    (vllm/config/vllm.py: VllmConfig.use_v2_model_runner, _is_default_v2_model_runner_model)."""
+    listed = model.architecture in rules.v2_runner_archs
+    dense = model.moe is None
+    if rules.v2_runner == "listed_dense_unquantized":  # 0.22-0.23
+        return listed and dense and model.quant is None
+    if rules.v2_runner == "listed":  # 0.24
+        return listed
+    if rules.v2_runner == "listed_or_dense":  # 0.25-0.28: hybrid models stay on V1's runner
+        return (listed or dense) and not model.is_hybrid
+    return rules.v2_runner == "all"  # 0.29+
+
+
+def graph_estimate_in_budget(model: ModelSpec, rules: VersionRules) -> bool:
+    """Whether the release deducts its CUDA-graph estimate from the budget for this model
+    (gpu_worker.py:determine_available_memory with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS at
+    its default; Model Runner V2's profile_cudagraph_memory returns 0 before 0.29)."""
+    if not rules.cuda_graph_in_budget:
+        return False
+    return rules.graph_estimate_in_v2_runner or not uses_v2_runner(model, rules)
+
+
+def _has_p2p(gpu: GpuSpec) -> bool:
+    # GeForce cards have GPU peer-to-peer disabled by the driver unless bridged by NVLink
+    is_geforce = re.search(r"\bRTX \d{4}\b|GEFORCE|TITAN", gpu.name.upper()) is not None
+    return gpu.interconnect_bytes_s >= NVLINK_MIN_BYTES_S or not is_geforce
+
+
+def custom_all_reduce_bytes(gpu: GpuSpec, tp: int) -> int:
+    """The custom all-reduce's buffers on each GPU, when vLLM enables it for this set-up."""
+    if tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES or not _has_p2p(gpu):
+        return 0
+    if tp > 2 and gpu.interconnect_bytes_s < NVLINK_MIN_BYTES_S:
+        return 0  # "not supported on more than two PCIe-only GPUs"
+    return CUSTOM_ALL_REDUCE_BYTES
+
+
+def _multi_gpu_bytes(gpu: GpuSpec, tp: int) -> int:
+    if tp == 1:
+        return 0
+    is_nvswitch_hopper = (
+        gpu.interconnect_bytes_s >= NVSWITCH_MIN_BYTES_S and float(gpu.compute_capability) >= 9.0
+    )
+    if is_nvswitch_hopper:
+        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure, custom all-reduce included
+    return custom_all_reduce_bytes(gpu, tp)
 
 
 def non_torch_bytes(
@@ -146,9 +206,8 @@ def non_torch_bytes(
         charged = GLOBAL_NON_TORCH_BYTES + others
     else:
         charged = NON_TORCH_BYTES
-    if resolved.tensor_parallel_size > 1 and gpu.interconnect_bytes_s >= NVLINK_MIN_BYTES_S:
-        charged += MULTI_GPU_NVLINK_EXTRA_BYTES
-    if _uses_v2_runner(model, rules):
+    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size)
+    if uses_v2_runner(model, rules):
         charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
     return charged
 

@@ -24,6 +24,7 @@ from kvwise.planner.kv import (
     kv_layout,
     kv_tokens,
 )
+from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
     KvCapacity,
     MemoryBreakdown,
@@ -43,20 +44,29 @@ class _NonKv:
     graphs_in_budget: int  # the estimate deducted from the budget (0 when outside)
 
 
-def _non_kv(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> _NonKv:
+def _non_kv(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, resolved: ResolvedFlags, rules: VersionRules
+) -> _NonKv:
     graphs = memory.cuda_graph_bytes(model, resolved, rules)
-    in_budget = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if rules.cuda_graph_in_budget else 0
+    in_budget = memory.graph_estimate_in_budget(model, rules)
+    in_budget_bytes = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if in_budget else 0
     return _NonKv(
-        weights=memory.weights_bytes(model, resolved),
+        # LoRA slots are allocated inside load_model: vLLM logs them as weights
+        weights=memory.weights_bytes(model, resolved) + lora_bytes(model, flags, resolved, rules),
         activation=memory.activation_bytes(model, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
-        graphs_in_budget=in_budget,
+        graphs_in_budget=in_budget_bytes,
     )
 
 
-def _free_at_init(gpu: GpuSpec) -> int:
-    """Free memory when vLLM takes its snapshot: after its own CUDA context, minus others' use."""
+def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None) -> int:
+    """Free memory in vLLM's start-up snapshot (MemorySnapshot / init_gpu_memory), taken after
+    its own CUDA context exists. A figure vLLM printed itself ("Free memory on device (X/Y GiB)
+    on startup") already excludes that context; NVML's free figure, read before vLLM runs, and an
+    empty card do not."""
+    if startup_free_bytes is not None:
+        return startup_free_bytes
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
     return free - memory.CUDA_CONTEXT_BYTES
 
@@ -110,8 +120,10 @@ def _startup_error(
     layout: KvLayout,
     kv: KvCapacity,
     model: ModelSpec,
+    free: int,
 ) -> PlanError | None:
-    free = _free_at_init(gpu)
+    # V1 0.9.1+ (gpu_worker.py:init_device, later v1/worker/utils.py:request_memory): the
+    # snapshot's free memory < ceil(total x util) is refused before the model loads
     if rules.startup_free_check and free < budget:
         return errors_text.insufficient_free(gpu, free, budget, resolved)
     if parts.weights > free:
@@ -151,11 +163,17 @@ def plan(
     vllm_version: str | None = None,
     num_gpus: int | None = None,
     host_ram_available_bytes: int | None = None,
+    startup_free_bytes: int | None = None,
 ) -> Plan:
-    """Predict what vLLM logs and decides at start-up (all memory figures per GPU)."""
+    """Predict what vLLM logs and decides at start-up (all memory figures per GPU).
+
+    `startup_free_bytes`: the free memory vLLM itself reported at start-up (its snapshot, the
+    CUDA context already taken), when known; otherwise `gpu.free_bytes` (NVML, before vLLM)
+    less the context, or the whole card less the context.
+    """
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
     resolved = resolve_flags(model, gpu, flags, rules)
-    parts = _non_kv(model, gpu, resolved, rules)
+    parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
     dtype_bytes = kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)
     layout = kv_layout(
@@ -164,11 +182,13 @@ def plan(
         pp=resolved.pipeline_parallel_size,
         block_size=resolved.block_size,
         dtype_bytes=dtype_bytes,
+        is_hybrid_manager=rules.hybrid_kv_groups,  # V0 and V1 < 0.9.1: every layer full length
     )
     available = _available_kv(budget, parts, resolved)
     resolved = _resolve_auto_len(resolved, layout, available)
     kv = _capacity(layout, available, resolved, rules)
-    error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model)
+    free = _free_at_init(gpu, startup_free_bytes)
+    error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
     if error is None and host_ram_available_bytes is not None and host > host_ram_available_bytes:
@@ -181,7 +201,7 @@ def plan(
         non_torch_bytes=parts.non_torch,
         cuda_graph_bytes=parts.graphs_actual,
         kv_cache_bytes=max(available, 0),
-        cuda_graph_in_budget=rules.cuda_graph_in_budget,
+        cuda_graph_in_budget=memory.graph_estimate_in_budget(model, rules),
         peak_device_bytes=memory.CUDA_CONTEXT_BYTES
         + budget
         + parts.graphs_actual
