@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
+from kvwise.core.models import SLIDING
 from kvwise.errors import InvalidFlagError, UnsupportedModelError
 from kvwise.planner import Plan, plan
 from kvwise.planner.defaults import rules_for
@@ -194,3 +196,32 @@ def test_lora_on_moe_experts_is_named_as_not_modelled() -> None:
 def test_max_cpu_loras_below_max_loras_is_refused() -> None:
     with pytest.raises(InvalidFlagError, match="max_cpu_loras"):
         _plan(LLAMA8, "h100 sxm", "0.19.0", enable_lora=True, max_loras=4, max_cpu_loras=2)
+
+
+# --- V0 profile batch: when chunked prefill stays off above 32K ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "flags", "chunked"),
+    [
+        ("0.6.3", {}, True),  # > 32K: chunked prefill on, 512-token profile batch
+        ("0.6.3", {"enable_lora": True}, False),  # LoRA keeps it off: a whole prompt is profiled
+        ("0.5.3", {"enable_prefix_caching": True}, False),  # prefix caching kept it off until 0.6.2
+        ("0.6.3", {"enable_prefix_caching": True}, True),
+    ],
+)
+def test_v0_long_context_profiles_a_whole_prompt_where_chunked_prefill_stays_off(
+    version: str, flags: dict[str, object], chunked: bool
+) -> None:
+    result = _plan(LLAMA8, "a100 80gb", version, max_model_len=65536, **flags)
+    assert result.flags.enable_chunked_prefill is chunked
+    assert result.flags.max_num_batched_tokens == (512 if chunked else 65536)
+
+
+def test_v0_sliding_window_model_keeps_chunked_prefill_off() -> None:
+    llama = load_model(LLAMA8)
+    windowed = replace(llama, layer_types=(SLIDING,) * llama.num_layers, sliding_window=4096)
+    flags = VllmFlags(max_model_len=65536)
+    result = plan(windowed, find_gpu("a100 80gb"), flags, vllm_version="0.6.3")
+    assert not result.flags.enable_chunked_prefill
+    assert result.flags.max_num_batched_tokens == 65536

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec
-from kvwise.core.models import ModelSpec
+from kvwise.core.models import SLIDING, ModelSpec
 from kvwise.core.quant import QUANTIZATION_FLAGS
 from kvwise.errors import InvalidFlagError
 from kvwise.planner.result import ResolvedFlags
@@ -56,6 +56,8 @@ class VersionRules:
     batch_tiers: tuple[BatchTier, ...]
     v0_chunked_mnbt: int  # V0 max_num_batched_tokens default with chunked prefill on
     v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
+    v0_auto_chunked_prefill_off_for: tuple[str, ...]  # set-ups that keep it off (see below)
+    v0_multimodal_min_mnbt: int  # _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS (V0 profile batch)
     tokens_formula: str  # how "GPU KV cache size" is computed
     max_len_wording: str  # wording of the max_model_len error
     null_block_in_check: bool  # fit checks use available - 1 block (0.29+)
@@ -120,6 +122,7 @@ def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
     fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
     fields["v2_runner_archs"] = tuple(fields["v2_runner_archs"])
+    fields["v0_auto_chunked_prefill_off_for"] = tuple(fields["v0_auto_chunked_prefill_off_for"])
     fields["lora_max_ranks"] = tuple(fields["lora_max_ranks"])
     return VersionRules(version=version, **fields)
 
@@ -220,6 +223,25 @@ def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
         )
 
 
+# EngineArgs.create_engine_config (V0, 0.5.3+): the set-ups that keep chunked prefill off even
+# above 32K context, each as `model, flags -> bool`
+_CHUNKED_PREFILL_BLOCKERS = {
+    "sliding_window": lambda model, flags: SLIDING in model.attention_layer_types,
+    "lora": lambda model, flags: bool(flags.enable_lora),
+    "prefix_caching": lambda model, flags: bool(flags.enable_prefix_caching),
+    "multimodal": lambda model, flags: model.vision is not None,
+}
+
+
+def _v0_auto_chunked_prefill(
+    model: ModelSpec, flags: VllmFlags, rules: VersionRules, length: int
+) -> bool:
+    if not rules.v0_auto_chunked_prefill or length <= V0_CHUNKED_PREFILL_ABOVE:
+        return False
+    blockers = rules.v0_auto_chunked_prefill_off_for
+    return not any(_CHUNKED_PREFILL_BLOCKERS[name](model, flags) for name in blockers)
+
+
 def resolve_flags(
     model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules
 ) -> ResolvedFlags:
@@ -235,8 +257,10 @@ def resolve_flags(
     elif flags.enable_chunked_prefill is not None:
         chunked = flags.enable_chunked_prefill
     else:
-        chunked = rules.v0_auto_chunked_prefill and length_for_defaults > V0_CHUNKED_PREFILL_ABOVE
+        chunked = _v0_auto_chunked_prefill(model, flags, rules, length_for_defaults)
     mnbt, mns = _batch_defaults(rules, gpu)
+    if rules.engine == "V0" and model.vision is not None:
+        mnbt = max(mnbt, rules.v0_multimodal_min_mnbt)  # room for one item's multimodal tokens
     max_num_seqs = flags.max_num_seqs or mns
     batched = flags.max_num_batched_tokens
     if batched is None:
