@@ -1,8 +1,9 @@
 """The non-KV parts of vLLM's start-up budget, per GPU: weights, activation peak, non-torch
 memory, CUDA graphs, and the CUDA context that lives outside the budget.
 
-The few empirical constants are fitted on real start-up logs in `shared/validation/`
-(`vllm_startup_logs.jsonl`); each constant names the cases it comes from. No case is special-cased.
+Every constant names its source: a vLLM file and function at a release, or the start-up logs it
+is fitted on (`tests/data/validation/vllm_startup_logs.jsonl`, in-sample). No case is
+special-cased. docs/vllm_rules.md lists the rules per release family.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ V2_PENALTY_BYTES_PER_LOGIT = 4
 # The worker's MemorySnapshot / init_gpu_memory (mem_get_info after torch.cuda.set_device) is
 # taken once the process's CUDA context exists, so the context is never inside the budget. Its
 # size is a fit: vllm#10517 (0.6.4, RTX 3090, global accounting) charges 0.35 GiB of non-torch
-# memory with nothing else on the card, cuBLAS workspaces included; 0.5 GiB leaves room for the
-# larger contexts of Hopper cards.
+# memory with nothing else on the card, cuBLAS workspaces included. kvwise adds a 0.15 GiB
+# margin to that one measurement (contexts vary with driver, CUDA and card): a margin, not a fit.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 
 # --- CUDA graphs ---------------------------------------------------------------------------------------
