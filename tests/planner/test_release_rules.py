@@ -91,7 +91,7 @@ def test_the_v0_and_early_v1_releases_have_no_free_memory_check() -> None:
 
 def test_v0_gives_gemma2_sliding_layers_full_length_pages() -> None:
     gemma = load_model("google/gemma-2-9b")
-    v0 = _plan("google/gemma-2-9b", "a100 80gb", "0.6.3", max_model_len=8192)
+    v0 = _plan("google/gemma-2-9b", "a100 80gb", "0.6.5", max_model_len=8192)
     hybrid = _plan("google/gemma-2-9b", "a100 80gb", "0.9.1", max_model_len=8192)
     # a V0 block holds a page of every layer: 42 layers x 16 tokens x 8 heads x 2 x 256 x 2 bytes
     page = 16 * gemma.num_kv_heads * 2 * gemma.head_dim * 2
@@ -103,10 +103,16 @@ def test_v0_gives_gemma2_sliding_layers_full_length_pages() -> None:
 
 def test_v1_before_the_hybrid_allocator_also_uses_full_length() -> None:
     early = _plan("google/gemma-2-9b", "a100 80gb", "0.9.0", max_model_len=8192)
-    assert (
-        early.kv.bytes_per_block
-        == _plan("google/gemma-2-9b", "a100 80gb", "0.6.3", max_model_len=8192).kv.bytes_per_block
-    )
+    v0 = _plan("google/gemma-2-9b", "a100 80gb", "0.6.5", max_model_len=8192)
+    assert early.kv.bytes_per_block == v0.kv.bytes_per_block
+
+
+def test_v0_until_0_6_4_caps_gemma2_to_its_sliding_window() -> None:
+    capped = _plan("google/gemma-2-9b", "a100 80gb", "0.6.4")
+    assert capped.flags.max_model_len == 4096
+    with pytest.raises(InvalidFlagError, match="sliding_window=4096"):
+        _plan("google/gemma-2-9b", "a100 80gb", "0.6.4", max_model_len=8192)
+    assert _plan("google/gemma-2-9b", "a100 80gb", "0.6.5").flags.max_model_len == 8192
 
 
 # --- 0.4.x ---------------------------------------------------------------------------------------

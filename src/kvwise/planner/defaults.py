@@ -58,6 +58,7 @@ class VersionRules:
     v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
     v0_auto_chunked_prefill_off_for: tuple[str, ...]  # set-ups that keep it off (see below)
     v0_multimodal_min_mnbt: int  # _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS (V0 profile batch)
+    v0_interleaved_window_caps_len: bool  # gemma-2 style models capped to the window (<= 0.6.4)
     tokens_formula: str  # how "GPU KV cache size" is computed
     max_len_wording: str  # wording of the max_model_len error
     null_block_in_check: bool  # fit checks use available - 1 block (0.29+)
@@ -198,15 +199,25 @@ def _check_quantization(model: ModelSpec, flags: VllmFlags) -> str | None:
     )
 
 
-def _max_model_len(model: ModelSpec, flags: VllmFlags) -> int:
-    derived = model.max_position_embeddings
+def _derived_max_len(model: ModelSpec, rules: VersionRules) -> tuple[str, int]:
+    """vLLM's derived max_model_len and the config key it came from (_get_and_verify_max_len)."""
+    derived = ("max_position_embeddings", model.max_position_embeddings)
+    if rules.v0_interleaved_window_caps_len and model.is_hybrid and model.sliding_window:
+        # ModelConfig (V0 <= 0.6.4): interleaved sliding window unsupported, so the window is
+        # disabled and the length capped to it ("capping the max length to the sliding window")
+        return min(derived, ("sliding_window", model.sliding_window), key=lambda kv: kv[1])
+    return derived
+
+
+def _max_model_len(model: ModelSpec, flags: VllmFlags, rules: VersionRules) -> int:
+    key, derived = _derived_max_len(model, rules)
     wanted = flags.max_model_len
     if wanted is None:
         return derived
     if wanted != -1 and wanted > derived:
         raise InvalidFlagError(
             f"User-specified max_model_len ({wanted}) is greater than the derived max_model_len "
-            f"(max_position_embeddings={derived} in model's config.json). Set "
+            f"({key}={derived} in model's config.json). Set "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vLLM to override (at your own risk)."
         )
     return wanted  # -1 ("auto") is resolved by the planner once the KV pool is known
@@ -250,8 +261,10 @@ def resolve_flags(
     tp = flags.tensor_parallel_size or 1
     pp = flags.pipeline_parallel_size or 1
     _check_parallel(model, tp)
-    max_model_len = _max_model_len(model, flags)
-    length_for_defaults = model.max_position_embeddings if max_model_len == -1 else max_model_len
+    max_model_len = _max_model_len(model, flags, rules)
+    length_for_defaults = (
+        _derived_max_len(model, rules)[1] if max_model_len == -1 else max_model_len
+    )
     if rules.chunked_prefill == "always":
         chunked = True
     elif flags.enable_chunked_prefill is not None:
