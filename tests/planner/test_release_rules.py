@@ -231,3 +231,26 @@ def test_v0_sliding_window_model_keeps_chunked_prefill_off() -> None:
     result = plan(windowed, find_gpu("a100 80gb"), flags, vllm_version="0.6.3")
     assert not result.flags.enable_chunked_prefill
     assert result.flags.max_num_batched_tokens == 65536
+
+
+@pytest.mark.parametrize(
+    ("version", "kv_cache_dtype", "exists"),
+    [
+        ("0.4.0", "fp8", False),  # only fp8_e5m2 then
+        ("0.4.0", "fp8_e5m2", True),
+        ("0.4.2", "fp8_e4m3", False),
+        ("0.4.3", "fp8_e4m3", True),
+        ("0.10.2", "bfloat16", False),
+        ("0.11.0", "bfloat16", True),
+        ("0.17.0", "float16", False),
+        ("0.18.0", "float16", True),
+    ],
+)
+def test_kv_cache_dtype_choices_follow_the_release(
+    version: str, kv_cache_dtype: str, exists: bool
+) -> None:
+    if exists:
+        _plan(LLAMA8, "h100 sxm", version, max_model_len=8192, kv_cache_dtype=kv_cache_dtype)
+        return
+    with pytest.raises(InvalidFlagError, match="does not exist in vLLM"):
+        _plan(LLAMA8, "h100 sxm", version, max_model_len=8192, kv_cache_dtype=kv_cache_dtype)

@@ -75,6 +75,7 @@ class VersionRules:
     lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
     lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
     has_kv_cache_memory_bytes: bool
+    kv_cache_dtypes: tuple[str, ...]  # --kv-cache-dtype choices of the release
     has_auto_max_model_len: bool
 
 
@@ -123,6 +124,7 @@ def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
     fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
     fields["v2_runner_archs"] = tuple(fields["v2_runner_archs"])
+    fields["kv_cache_dtypes"] = tuple(fields["kv_cache_dtypes"])
     fields["v0_auto_chunked_prefill_off_for"] = tuple(fields["v0_auto_chunked_prefill_off_for"])
     fields["lora_max_ranks"] = tuple(fields["lora_max_ranks"])
     return VersionRules(version=version, **fields)
@@ -224,6 +226,12 @@ def _max_model_len(model: ModelSpec, flags: VllmFlags, rules: VersionRules) -> i
 
 
 def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
+    kv_dtype = flags.kv_cache_dtype or "auto"
+    if kv_dtype not in rules.kv_cache_dtypes:
+        raise InvalidFlagError(
+            f"--kv-cache-dtype {kv_dtype} does not exist in vLLM {rules.version} "
+            f"(choices: {', '.join(rules.kv_cache_dtypes)})"
+        )
     if flags.kv_cache_memory_bytes is not None and not rules.has_kv_cache_memory_bytes:
         raise InvalidFlagError(
             f"--kv-cache-memory-bytes does not exist in vLLM {rules.version} (added in 0.10.2)"
