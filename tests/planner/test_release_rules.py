@@ -254,3 +254,19 @@ def test_kv_cache_dtype_choices_follow_the_release(
         return
     with pytest.raises(InvalidFlagError, match="does not exist in vLLM"):
         _plan(LLAMA8, "h100 sxm", version, max_model_len=8192, kv_cache_dtype=kv_cache_dtype)
+
+
+# --- V0 activation peak ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "logged_peak_gib"),
+    [(20000, 17.06), (29000, 17.98), (35000, 15.05)],  # vllm#10517, 0.6.4, RTX 3090
+)
+def test_v0_profile_peak_is_the_mlp_at_down_proj_or_the_sampler_whichever_is_larger(
+    max_model_len: int, logged_peak_gib: float
+) -> None:
+    result = _plan(LLAMA8, "rtx3090", "0.6.4", max_model_len=max_model_len)
+    # the log's peak_torch_memory holds the weights and the profile's transient peak
+    peak_gib = (result.memory.weights_bytes + result.memory.activation_peak_bytes) / GIB
+    assert peak_gib == pytest.approx(logged_peak_gib, abs=0.02)

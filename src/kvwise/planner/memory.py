@@ -25,12 +25,19 @@ V1_ACTIVATION_BASE_BYTES = 122_000_000  # runner buffers and workspaces independ
 V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [MNBT, hidden] tensor
 # The sampler term's bytes per (request x vocab) depend on the release: see the version rules
 # (`sampler_bytes_per_logit`: 27 while the sampler sorted the vocabulary, 14 with Triton top-k/p).
-# V0 (<= 0.7): the profile batch is max_num_batched_tokens tokens through the MLP (gate/up output
-# of 2 x intermediate, plus hidden states): slope exactly 1x that size between vllm#10517's runs
-# (Llama-3.1-8B, RTX 3090: peak 17.06 GiB at 20k, 17.98 GiB at 29k tokens). Without chunked
-# prefill a further term proportional to max_num_seqs x vocab appears (0.70 GiB for 256 x
-# 128,256 in both vllm#10517 and vllm PR #10511: the version rules' 22.8 bytes per logit); with
-# chunked prefill it does not (vllm#10517 at 35k: 0.06 GiB; vllm#13061 at 131k: 0.19 GiB).
+# V0 (0.4-0.7): the profile run (worker/model_runner.py:profile_run) pushes max_num_batched_tokens
+# tokens through the model. Its peak is at the MLP's down_proj output, where the decoder layer
+# holds, per token: the residual and the normed input [hidden] x 2, gate_up [2 x intermediate],
+# the activation output [intermediate] and down_proj's output [hidden]: 3 x intermediate
+# + 3 x hidden (gate_up is [intermediate] without a gated MLP). This matches vllm#10517's three
+# 0.6.4 runs to 0.01 GiB (Llama-3.1-8B, RTX 3090: 2.06/2.99/0.05 GiB for 20k/29k/512 tokens vs
+# 2.07/2.99/0.06 logged). The forward's tensors are freed before the sampler runs, so the peak is
+# the larger of the two. The sampler (SamplingParams top_p 0.99, top_k vocab - 1) sorts
+# min(max_num_seqs, tokens) x vocab logits in fp32 with int64 indices; its bytes per logit are the
+# release rules' `sampler_bytes_per_logit` (41, fitted on vllm PR #10511: 1.26 GiB for 256 x
+# 128,256 with an 8192-token forward of 0.84 GiB; sampler.py:_apply_top_k_top_p keeps ~40-48
+# bytes alive). With chunked prefill no sampler peak shows (vllm#10517 at 35k: 0.06 GiB;
+# vllm#13061 at 131k: 0.19 GiB for a 0.14 GiB forward), so none is charged.
 # MoE: the fused-MoE kernel's intermediate caches for max_num_batched_tokens x top-k rows
 # (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
 
@@ -136,9 +143,10 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
     logits = _sampler_rows(resolved) * model.vocab_size
     if rules.engine == "V0":
         inter = model.intermediate_size / resolved.tensor_parallel_size
-        forward = tokens * (2 * inter + 2 * model.hidden_size) * dtype_bytes
+        mlp_in = (2 if model.gated_mlp else 1) * inter  # gate_up (or up) projection output
+        forward = tokens * (mlp_in + inter + 3 * model.hidden_size) * dtype_bytes
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
-        return int(forward + sampler + _moe_workspace_bytes(model, resolved))
+        return int(max(forward, sampler) + _moe_workspace_bytes(model, resolved))
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
     sampler = rules.sampler_bytes_per_logit * logits
     peak = max(sampler, _mlp_transient_bytes(model, resolved))
