@@ -50,9 +50,10 @@ NON_TORCH_BYTES = int(0.25 * GIB)
 # CUDA context and every other process too: vllm#10517 logs 0.35 GiB with nothing else running.
 GLOBAL_NON_TORCH_BYTES = int(0.35 * GIB)
 # TP >= 2 on NVSwitch Hopper/Blackwell (H100/H200 SXM, B200): 2.06-2.13 GiB per GPU in the 0.19
-# H100 sweep (TP2, TP4), 1.85 GiB above TP1. NCCL's NVLink SHARP (NVLS) buffers, which NCCL sets
-# up only on NVSwitch systems of compute capability 9.0+ (NCCL docs, NCCL_NVLS_ENABLE); A100
-# NVLink, H100 NVL bridges and PCIe cards do not get them.
+# H100 sweep (TP2, TP4), 1.85 GiB above TP1. Attributed to NCCL's NVLink SHARP (NVLS) buffers,
+# which NCCL sets up only on NVSwitch systems of compute capability 9.0+ (NCCL docs,
+# NCCL_NVLS_ENABLE), so A100 NVLink, H100 NVL bridges and PCIe cards are charged the custom
+# all-reduce buffers only. No A100 NVLink TP > 1 log has been available to check that side.
 NVLS_EXTRA_BYTES = int(1.85 * GIB)
 NVSWITCH_MIN_BYTES_S = 450e9  # HGX NVSwitch boards: 450 GB/s per direction and up
 NVLINK_MIN_BYTES_S = 100e9  # interconnects at least this fast are NVLink-class
