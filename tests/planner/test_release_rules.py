@@ -270,3 +270,14 @@ def test_v0_profile_peak_is_the_mlp_at_down_proj_or_the_sampler_whichever_is_lar
     # the log's peak_torch_memory holds the weights and the profile's transient peak
     peak_gib = (result.memory.weights_bytes + result.memory.activation_peak_bytes) / GIB
     assert peak_gib == pytest.approx(logged_peak_gib, abs=0.02)
+
+
+# --- dtype "auto" on cards without bf16 ------------------------------------------------------------
+
+
+def test_bf16_checkpoint_on_a_t4_is_refused_at_default_dtype_until_0_9_1() -> None:
+    with pytest.raises(InvalidFlagError, match="Bfloat16 is only supported"):
+        _plan(LLAMA8, "t4", "0.9.0", max_model_len=2048)
+    assert _plan(LLAMA8, "t4", "0.9.0", max_model_len=2048, dtype="half").flags.dtype == "float16"
+    # 0.9.1 _resolve_auto_dtype: the platform's supported dtype instead
+    assert _plan(LLAMA8, "t4", "0.9.1", max_model_len=2048).flags.dtype == "float16"

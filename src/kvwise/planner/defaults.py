@@ -77,6 +77,7 @@ class VersionRules:
     has_kv_cache_memory_bytes: bool
     kv_cache_dtypes: tuple[str, ...]  # --kv-cache-dtype choices of the release
     has_auto_max_model_len: bool
+    auto_dtype_avoids_bf16: bool  # dtype "auto" falls back to fp16 where bf16 is unsupported
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -136,6 +137,18 @@ def rules_for(version: str | None) -> VersionRules:
     return _to_rules(version, _merged(version))
 
 
+# Rules decided by vllm/config.py and the argument parser, whichever engine runs
+_CONFIG_LEVEL_RULES = (
+    "default_gpu_memory_utilization",
+    "kv_cache_dtypes",
+    "lora_max_ranks",
+    "lora_extra_vocab_size",
+    "auto_dtype_avoids_bf16",
+    "has_kv_cache_memory_bytes",
+    "has_auto_max_model_len",
+)
+
+
 def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> VersionRules:
     """vLLM 0.8-0.10 silently fall back to the V0 engine for some set-ups."""
     wanted = parse_version(rules.version)
@@ -145,7 +158,11 @@ def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> Version
     fp8_kv = (flags.kv_cache_dtype or "auto").startswith("fp8") and wanted < (0, 9, 0)
     fp8_kv = fp8_kv and gpu.compute_capability != "9.0"  # 0.8.x: fp8 KV only with FA3 (Hopper)
     if old_gpu or fp8_kv:
-        return _to_rules(rules.version, _merged(_rules_data()["last_v0_default"]))
+        v0 = _merged(_rules_data()["last_v0_default"])
+        release = _merged(rules.version)
+        # the engine's accounting is V0's; what vllm/config.py and the argument parser decide
+        # (dtype, flag choices, defaults) is still this release's
+        return _to_rules(rules.version, v0 | {k: release[k] for k in _CONFIG_LEVEL_RULES})
     return rules
 
 
@@ -157,14 +174,18 @@ def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:
     raise AssertionError("the last batch tier has no conditions")
 
 
-def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> str:
+def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, rules: VersionRules) -> str:
     requested = {"half": "float16", "float": "float32"}.get(flags.dtype or "", flags.dtype)
-    if requested in (None, "auto"):
-        # dtype "auto": the checkpoint's dtype; fp32 checkpoints are downcast to bf16 (fp16
-        # before compute capability 8.0), and bf16 falls back to fp16 where bf16 is unsupported
+    if requested in (None, "auto") and rules.auto_dtype_avoids_bf16:
+        # 0.9.1+ config.py:_resolve_auto_dtype: the checkpoint's dtype where the platform
+        # supports it, else the platform's first choice (fp16 before compute capability 8.0)
         if model.dtype == "float32" or (model.dtype == "bfloat16" and not gpu.supports_bf16):
             return "bfloat16" if gpu.supports_bf16 else "float16"
         return model.dtype
+    if requested in (None, "auto"):
+        # <= 0.9.0 config.py:_get_and_verify_dtype: fp32 checkpoints become fp16, others keep
+        # their dtype, and the worker's _check_if_gpu_supports_dtype refuses bf16 below 8.0
+        requested = "float16" if model.dtype == "float32" else model.dtype
     if requested == "bfloat16" and not gpu.supports_bf16:
         raise InvalidFlagError(
             f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
@@ -312,7 +333,7 @@ def resolve_flags(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=batched,
         kv_cache_dtype=kv_dtype,
-        dtype=_runtime_dtype(model, flags, gpu),
+        dtype=_runtime_dtype(model, flags, gpu, rules),
         quantization=_check_quantization(model, flags),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
