@@ -281,3 +281,14 @@ def test_bf16_checkpoint_on_a_t4_is_refused_at_default_dtype_until_0_9_1() -> No
     assert _plan(LLAMA8, "t4", "0.9.0", max_model_len=2048, dtype="half").flags.dtype == "float16"
     # 0.9.1 _resolve_auto_dtype: the platform's supported dtype instead
     assert _plan(LLAMA8, "t4", "0.9.1", max_model_len=2048).flags.dtype == "float16"
+
+
+def test_v0_checks_max_model_len_against_the_whole_pool_whatever_the_window() -> None:
+    # Mistral-7B-v0.1 (4096-token window, 32K context): V0's raise_if_cache_size_invalid wants
+    # max_model_len <= blocks x 16; V1's SlidingWindowSpec needs only the window's blocks
+    v0 = _plan("mistralai/Mistral-7B-v0.1", "rtx4090", "0.6.3", gpu_memory_utilization=0.8)
+    v1 = _plan("mistralai/Mistral-7B-v0.1", "rtx4090", "0.9.1", gpu_memory_utilization=0.8)
+    assert v0.error is not None and v0.error.kind == "max_model_len_exceeds_kv_cache"
+    assert v0.kv.num_gpu_blocks * 16 < 32768
+    assert v0.kv.max_concurrency == pytest.approx(v0.kv.num_gpu_blocks * 16 / 32768)
+    assert v1.starts

@@ -19,6 +19,7 @@ from kvwise.planner.hostram import host_ram_bytes
 from kvwise.planner.kv import (
     KvLayout,
     blocks_per_request,
+    cdiv,
     estimated_max_model_len,
     kv_dtype_bytes,
     kv_layout,
@@ -87,15 +88,21 @@ def _resolve_auto_len(resolved: ResolvedFlags, layout: KvLayout, available: int)
     return ResolvedFlags(**{**resolved.__dict__, "max_model_len": max(fitted, 0)})
 
 
+def _blocks_per_request(layout: KvLayout, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    if rules.engine == "V0":
+        # V0 sizes both its fit check (worker.py:raise_if_cache_size_invalid) and its concurrency
+        # (executor: num_gpu_blocks x block_size / max_model_len) on max_model_len, window or not
+        return cdiv(resolved.max_model_len, layout.block_size)
+    return blocks_per_request(layout, resolved.max_model_len, resolved.max_num_batched_tokens)
+
+
 def _capacity(
     layout: KvLayout, available: int, resolved: ResolvedFlags, rules: VersionRules
 ) -> KvCapacity:
     num_blocks = max(available, 0) // layout.bytes_per_block
     if resolved.num_gpu_blocks_override is not None:
         num_blocks = resolved.num_gpu_blocks_override
-    per_request = blocks_per_request(
-        layout, resolved.max_model_len, resolved.max_num_batched_tokens
-    )
+    per_request = _blocks_per_request(layout, resolved, rules)
     tokens = kv_tokens(
         layout, num_blocks, resolved.max_model_len, per_request, rules.tokens_formula
     )
