@@ -1,8 +1,9 @@
-"""The planner against real vLLM start-up logs (tests/data/validation, copied from shared/).
+"""The planner against real vLLM start-up logs (tests/data/validation, each with its source).
 
-Bars (BRIEF.md): predicted KV tokens within 3 % of vLLM's logged figure (median) and 8 % (worst)
-on the cases whose configuration is fully stated; the start/fail verdict and the error kind right
-in every failure case that can be planned.
+Bars (the project's accuracy targets): predicted KV tokens within 3 % of vLLM's logged figure
+(median) and 8 % (worst) on the cases whose configuration is fully stated; the start/fail verdict
+and the error kind right in every failure case that can be planned. All in-sample: the fitted
+constants in planner/memory.py were fitted on these same logs.
 """
 
 from __future__ import annotations
