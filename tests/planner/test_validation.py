@@ -79,7 +79,8 @@ def test_kv_tokens_within_bars_of_logged_figures(fidelity_report: list[str]) -> 
     assert len(errors) >= 10, "too few fully stated cases were planned"
     median, worst = statistics.median(errors.values()), max(errors.values())
     fidelity_report.append(
-        f"planner KV tokens: {len(errors)} cases, median error {median:.2%}, worst {worst:.2%}"
+        f"planner KV tokens (in-sample): {len(errors)} cases, median error {median:.2%}, "
+        f"worst {worst:.2%}"
     )
     assert median <= 0.03, errors
     assert worst <= 0.08, errors
@@ -100,7 +101,7 @@ def test_every_plannable_failure_case_fails_with_the_logged_kind(
         assert ok, f"{case.id}: vLLM failed with {wanted}, the planner says {result.error}"
     total = len(right) + len(missed)
     fidelity_report.append(
-        f"planner failure cases: {len(right)} of {total} with vLLM's verdict and kind"
+        f"planner failure cases (in-sample): {len(right)} of {total} with vLLM's verdict and kind"
     )
     for case_id in missed:
         fidelity_report.append(f"  missed {case_id}: {KNOWN_MISSES[case_id]}")
