@@ -181,11 +181,11 @@ def test_lora_extra_vocabulary_rows_until_0_12() -> None:
     flags = {"enable_lora": True, "max_loras": 4, "max_lora_rank": 64, "max_model_len": 8192}
     old = _plan(LLAMA8, "h100 sxm", "0.11.0", **flags)
     new = _plan(LLAMA8, "h100 sxm", "0.12.0", **flags)
-    # 256 extra rows in embed lora_a and lm_head lora_b (2 x 256 x 64) and the extra
-    # embeddings (256 x 4096), per adapter, x 4 adapters x 2 bytes
-    assert old.memory.weights_bytes - new.memory.weights_bytes == 4 * 2 * (
-        2 * 256 * 64 + 256 * 4096
-    )
+    # per adapter: 256 extra rows in embed lora_a and lm_head lora_b (2 x 256 x 64; 128,256 + 256
+    # is already a multiple of the 256 padding) and the extra-vocabulary embeddings that both the
+    # embedding and the logits wrapper hold (2 x 256 x 4096); x 4 adapters x 2 bytes
+    extra = 2 * 256 * 64 + 2 * 256 * 4096
+    assert old.memory.weights_bytes - new.memory.weights_bytes == 4 * 2 * extra
 
 
 def test_lora_rank_outside_the_releases_choices_is_refused() -> None:

@@ -9,7 +9,8 @@ shapes in vllm/lora/layers/*.py from 0.12):
   embed_tokens:  lora_a [max_loras, vocab + extra, rank]  lora_b [max_loras, 1, hidden, rank]
                  + the extra vocabulary rows [max_loras, extra, hidden]
   lm_head (LogitsProcessorWithLoRA):  lora_a [max_loras, 1, rank, hidden]
-                 lora_b [max_loras, 1, vocab + extra, rank]
+                 lora_b [max_loras, 1, vocab + extra (padded to 256), rank]
+                 + its own extra vocabulary rows [max_loras, extra, hidden]
 Column-parallel layers keep lora_a whole and shard lora_b's output; row-parallel layers shard
 lora_a's input (fully_sharded_loras off, vLLM's default). This happens inside load_model, so it
 is part of the "weights" vLLM logs. The profile run's dummy adapters are written into these
@@ -27,6 +28,7 @@ from kvwise.planner.result import ResolvedFlags
 
 DEFAULT_MAX_LORAS = 1  # LoRAConfig.max_loras
 DEFAULT_MAX_LORA_RANK = 16  # LoRAConfig.max_lora_rank
+LORA_VOCAB_PADDING_SIZE = 256  # LoRAConfig.lora_vocab_padding_size (0.4-0.11)
 
 
 def _linear_elements_per_rank(model: ModelSpec, tp: int) -> int:
@@ -46,8 +48,12 @@ def _vocab_elements(model: ModelSpec, rank: int, extra: int) -> int:
     """embed_tokens and lm_head LoRA tensors of one adapter (vocabulary not sharded)."""
     vocab, hidden = model.vocab_size, model.hidden_size
     embedding = (vocab + extra) * rank + hidden * rank + extra * hidden
-    lm_head = rank * hidden + (vocab + extra) * rank
-    return embedding + lm_head
+    if extra:
+        # 0.4-0.11 LogitsProcessorWithLoRA: lora_b rows padded to lora_vocab_padding_size (256),
+        # and its own [extra, hidden] embeddings for the added vocabulary
+        padded = -(-(vocab + extra) // LORA_VOCAB_PADDING_SIZE) * LORA_VOCAB_PADDING_SIZE
+        return embedding + rank * hidden + padded * rank + extra * hidden
+    return embedding + rank * hidden + vocab * rank  # 0.12+: no added vocabulary
 
 
 def _lora_dtype_bytes(flags: VllmFlags, resolved: ResolvedFlags) -> int:
