@@ -282,6 +282,53 @@ def _v0_auto_chunked_prefill(
     return not any(_CHUNKED_PREFILL_BLOCKERS[name](model, flags) for name in blockers)
 
 
+@dataclass(frozen=True)
+class _SchedulerLimits:
+    enable_chunked_prefill: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def _scheduler_limits(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules, length: int
+) -> _SchedulerLimits:
+    """SchedulerConfig's chunked prefill, max_num_seqs and max_num_batched_tokens."""
+    if rules.chunked_prefill == "always":
+        chunked = True
+    elif flags.enable_chunked_prefill is not None:
+        chunked = flags.enable_chunked_prefill
+    else:
+        chunked = _v0_auto_chunked_prefill(model, flags, rules, length)
+    mnbt, mns = _batch_defaults(rules, gpu)
+    if rules.engine == "V0" and model.vision is not None:
+        mnbt = max(mnbt, rules.v0_multimodal_min_mnbt)  # room for one item's multimodal tokens
+    max_num_seqs = flags.max_num_seqs or mns
+    batched = flags.max_num_batched_tokens
+    if batched is None and rules.engine == "V0":
+        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
+        batched = rules.v0_chunked_mnbt if chunked else max(length, mnbt)
+    elif batched is None:
+        batched = min(max_num_seqs * length, mnbt)
+    if flags.max_num_seqs is None:
+        max_num_seqs = min(max_num_seqs, batched)
+    return _SchedulerLimits(chunked, max_num_seqs, batched)
+
+
+def _check_scheduler_limits(limits: _SchedulerLimits, length: int) -> None:
+    batched, max_num_seqs = limits.max_num_batched_tokens, limits.max_num_seqs
+    if batched < max_num_seqs:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
+        )
+    if not limits.enable_chunked_prefill and batched < length:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({length}). "
+            "This effectively limits the maximum sequence length to max_num_batched_tokens and "
+            "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or "
+            "decrease max_model_len."
+        )
+
+
 def resolve_flags(
     model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules
 ) -> ResolvedFlags:
@@ -291,47 +338,15 @@ def resolve_flags(
     pp = flags.pipeline_parallel_size or 1
     _check_parallel(model, tp)
     max_model_len = _max_model_len(model, flags, rules)
-    length_for_defaults = (
-        _derived_max_len(model, rules)[1] if max_model_len == -1 else max_model_len
-    )
-    if rules.chunked_prefill == "always":
-        chunked = True
-    elif flags.enable_chunked_prefill is not None:
-        chunked = flags.enable_chunked_prefill
-    else:
-        chunked = _v0_auto_chunked_prefill(model, flags, rules, length_for_defaults)
-    mnbt, mns = _batch_defaults(rules, gpu)
-    if rules.engine == "V0" and model.vision is not None:
-        mnbt = max(mnbt, rules.v0_multimodal_min_mnbt)  # room for one item's multimodal tokens
-    max_num_seqs = flags.max_num_seqs or mns
-    batched = flags.max_num_batched_tokens
-    if batched is None:
-        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
-        if rules.engine == "V0":
-            batched = rules.v0_chunked_mnbt if chunked else max(length_for_defaults, mnbt)
-        else:
-            batched = mnbt
-        if rules.engine == "V1":
-            batched = min(max_num_seqs * length_for_defaults, batched)
-    if flags.max_num_seqs is None:
-        max_num_seqs = min(max_num_seqs, batched)
-    if batched < max_num_seqs:
-        raise InvalidFlagError(
-            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
-        )
-    if not chunked and batched < length_for_defaults:
-        raise InvalidFlagError(
-            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({length_for_defaults}). "
-            "This effectively limits the maximum sequence length to max_num_batched_tokens and "
-            "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or "
-            "decrease max_model_len."
-        )
+    length = _derived_max_len(model, rules)[1] if max_model_len == -1 else max_model_len
+    limits = _scheduler_limits(model, gpu, flags, rules, length)
+    _check_scheduler_limits(limits, length)
     kv_dtype = flags.kv_cache_dtype or "auto"
     return ResolvedFlags(
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_gpu_memory_utilization,
         max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=batched,
+        max_num_seqs=limits.max_num_seqs,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
         kv_cache_dtype=kv_dtype,
         dtype=_runtime_dtype(model, flags, gpu, rules),
         quantization=_check_quantization(model, flags),
@@ -344,7 +359,7 @@ def resolve_flags(
             if flags.enable_prefix_caching is None
             else flags.enable_prefix_caching
         ),
-        enable_chunked_prefill=chunked,
+        enable_chunked_prefill=limits.enable_chunked_prefill,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         cpu_offload_gb=flags.cpu_offload_gb or 0.0,
         swap_space=rules.default_swap_space_gib if flags.swap_space is None else flags.swap_space,
