@@ -292,3 +292,24 @@ def test_v0_checks_max_model_len_against_the_whole_pool_whatever_the_window() ->
     assert v0.kv.num_gpu_blocks * 16 < 32768
     assert v0.kv.max_concurrency == pytest.approx(v0.kv.num_gpu_blocks * 16 / 32768)
     assert v1.starts
+
+
+@pytest.mark.parametrize(
+    ("model", "version", "on_v2"),
+    [
+        ("Qwen/Qwen3-8B", "0.21.0", False),  # no Model Runner V2 by default yet
+        ("Qwen/Qwen3-8B", "0.22.0", True),  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES = {Qwen3}
+        (QWEN7, "0.22.0", False),  # Qwen2 not listed
+        (LLAMA8, "0.23.0", True),  # Llama and Mistral added
+        ("Qwen/Qwen3-30B-A3B", "0.23.0", False),  # MoE excluded until 0.24
+        (QWEN7, "0.25.0", True),  # every dense, non-hybrid model
+    ],
+)
+def test_model_runner_v2_keeps_int32_penalty_counts_per_slot(
+    model: str, version: str, on_v2: bool
+) -> None:
+    spec = load_model(model)
+    result = _plan(model, "h100 sxm", version, max_model_len=8192, max_num_seqs=256)
+    penalty_bytes = 4 * 256 * spec.vocab_size  # int32[max_num_seqs, vocab]
+    base = int(0.25 * GIB)
+    assert result.memory.non_torch_bytes == base + (penalty_bytes if on_v2 else 0)
