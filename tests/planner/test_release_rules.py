@@ -313,3 +313,9 @@ def test_model_runner_v2_keeps_int32_penalty_counts_per_slot(
     penalty_bytes = 4 * 256 * spec.vocab_size  # int32[max_num_seqs, vocab]
     base = int(0.25 * GIB)
     assert result.memory.non_torch_bytes == base + (penalty_bytes if on_v2 else 0)
+
+
+def test_the_warning_names_model_runner_v2_when_graphs_land_outside_the_budget() -> None:
+    result = _plan(LLAMA8, "h100 sxm", "0.23.0", max_model_len=8192)
+    assert any("Model Runner V2 estimates none" in w for w in result.warnings)
+    assert not any("CUDA graphs" in w for w in _plan(LLAMA8, "h100 sxm", "0.20.0").warnings)
