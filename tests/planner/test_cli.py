@@ -139,7 +139,7 @@ def test_sglang_plan_reports_its_pool_and_command(capsys: pytest.CaptureFixture[
         == 0
     )
     data = json.loads(capsys.readouterr().out)
-    # shared/reference/vllm_memory.md section 7: the default fraction on an 80 GB H100 is about 0.83
+    # SGLang's default fraction on an 80 GB H100 is about 0.83 (the source note in planner/sglang.py)
     assert data["mem_fraction_static"] == pytest.approx(0.83, abs=0.01)
     assert data["command"].startswith(
         "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct"
@@ -153,3 +153,25 @@ def test_catalog_listings(capsys: pytest.CaptureFixture[str]) -> None:
     assert any(m["id"] == "Qwen/Qwen2.5-7B-Instruct" and m["modelled"] for m in models)
     assert main(["gpus", "--json"]) == 0
     assert any(g["name"] == "RTX 4090" for g in json.loads(capsys.readouterr().out))
+
+
+def test_pasted_command_with_lora_flags_plans_the_adapter_slots(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["plan", "--gpu", "h100", "--vllm-version", "0.19.0", "--json", "--", "vllm", "serve"]
+    model = ["meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192"]
+    lora = ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "64", "--max-cpu-loras", "8"]
+    assert main([*base, *model]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, *model, *lora]) == 0
+    with_lora = json.loads(capsys.readouterr().out)
+    added_gib = with_lora["memory_gib"]["weights"] - plain["memory_gib"]["weights"]
+    assert added_gib == pytest.approx(
+        1_477_705_728 / 2**30, abs=0.002
+    )  # by hand: test_release_rules
+
+
+def test_lora_on_a_moe_model_is_one_not_modelled_line() -> None:
+    done = _run("plan", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--enable-lora")
+    assert done.returncode == 2
+    assert "not modelled: LoRA" in done.stderr and "Traceback" not in done.stderr

@@ -47,8 +47,14 @@ PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 
 def _plan(setup: dict, **flags: object) -> Plan:
+    # before 0.9.1 vLLM refuses a bf16 checkpoint on a pre-Ampere card unless told --dtype half,
+    # as its users then do
+    dtype = None if GPUS[setup["gpu"]].supports_bf16 else "float16"
     vllm_flags = VllmFlags(
-        max_model_len=setup["max_model_len"], max_num_seqs=setup["max_num_seqs"], **flags
+        max_model_len=setup["max_model_len"],
+        max_num_seqs=setup["max_num_seqs"],
+        dtype=dtype,
+        **flags,
     )  # type: ignore[arg-type]
     try:
         return plan(

@@ -17,6 +17,7 @@ from kvwise.errors import InvalidFlagError
 
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
+LORA_DTYPES = ("auto", "bfloat16", "float16", "float32")
 QUANTIZATIONS = (
     "awq",
     "awq_marlin",
@@ -47,6 +48,11 @@ class VllmFlags:
     cpu_offload_gb: float | None = None
     swap_space: float | None = None  # V0 only (GiB of pinned host memory per GPU)
     num_gpu_blocks_override: int | None = None
+    enable_lora: bool | None = None
+    max_loras: int | None = None  # adapters resident on the GPU at once (LoRA slots)
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None  # adapters cached in host memory (>= max_loras)
+    lora_dtype: str | None = None  # "auto" = the model's dtype
 
     def set_values(self) -> dict[str, Any]:
         """The flags the user set, vLLM's names with underscores."""
@@ -69,6 +75,9 @@ class VllmFlags:
             "pipeline_parallel_size",
             "block_size",
             "num_gpu_blocks_override",
+            "max_loras",
+            "max_lora_rank",
+            "max_cpu_loras",
         ):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -85,6 +94,11 @@ class VllmFlags:
                 raise InvalidFlagError(
                     f"--{name.replace('_', '-')} must not be negative, got {value}"
                 )
+        if self.max_cpu_loras is not None and self.max_cpu_loras < (self.max_loras or 1):
+            raise InvalidFlagError(
+                f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras or 1})"
+            )
+        _check_choice("lora-dtype", self.lora_dtype, LORA_DTYPES)
         _check_choice("kv-cache-dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         _check_choice("dtype", self.dtype, DTYPES)
         _check_choice("quantization", self.quantization, QUANTIZATIONS)
@@ -158,6 +172,11 @@ def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-offload-gb", type=float)
     group.add_argument("--swap-space", type=float, help="V0 only: pinned host GiB per GPU")
     group.add_argument("--num-gpu-blocks-override", type=int)
+    group.add_argument("--max-loras", type=int, help="LoRA adapters resident on the GPU at once")
+    group.add_argument("--max-lora-rank", type=int, help="largest LoRA rank served")
+    group.add_argument("--max-cpu-loras", type=int, help="LoRA adapters cached in host memory")
+    group.add_argument("--lora-dtype", help=f"one of {', '.join(LORA_DTYPES)}")
+    _bool_flag(group, "enable-lora", "serve LoRA adapters (GPU slots for --max-loras)")  # type: ignore[arg-type]
     _bool_flag(group, "enforce-eager", "no CUDA graphs")  # type: ignore[arg-type]
     _bool_flag(group, "enable-prefix-caching", "prefix caching (default on in V1)")  # type: ignore[arg-type]
     _bool_flag(group, "enable-chunked-prefill", "chunked prefill (always on in V1)")  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from typing import Any
 
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec
-from kvwise.core.models import ModelSpec
+from kvwise.core.models import SLIDING, ModelSpec
 from kvwise.core.quant import QUANTIZATION_FLAGS
 from kvwise.errors import InvalidFlagError
 from kvwise.planner.result import ResolvedFlags
@@ -51,10 +51,14 @@ class VersionRules:
     default_gpu_memory_utilization: float
     accounting: str  # "per_instance" or "global" (util caps all memory on the device)
     startup_free_check: bool  # V1 >= 0.9.1: free memory must cover total x util
-    cuda_graph_in_budget: bool  # the graph estimate is deducted from the KV budget (0.20+)
+    cuda_graph_in_budget: bool  # V1 runner: the graph estimate is deducted from the budget (0.20+)
+    graph_estimate_in_v2_runner: bool  # Model Runner V2 estimates its graphs (0.29+; 0 before)
     batch_tiers: tuple[BatchTier, ...]
     v0_chunked_mnbt: int  # V0 max_num_batched_tokens default with chunked prefill on
     v0_auto_chunked_prefill: bool  # V0 turns chunked prefill on above 32K context
+    v0_auto_chunked_prefill_off_for: tuple[str, ...]  # set-ups that keep it off (see below)
+    v0_multimodal_min_mnbt: int  # _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS (V0 profile batch)
+    v0_interleaved_window_caps_len: bool  # gemma-2 style models capped to the window (<= 0.6.4)
     tokens_formula: str  # how "GPU KV cache size" is computed
     max_len_wording: str  # wording of the max_model_len error
     null_block_in_check: bool  # fit checks use available - 1 block (0.29+)
@@ -64,9 +68,16 @@ class VersionRules:
     cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
     cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
     sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
-    v2_runner: str  # Model Runner V2 with persistent penalty state: "none", "dense", "all"
+    v2_runner: str  # which models get Model Runner V2 by default (see memory.uses_v2_runner)
+    v2_runner_archs: tuple[str, ...]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release
+    hybrid_kv_groups: bool  # sliding and full layers in separate KV-cache groups (V1 0.9.1+)
+    custom_all_reduce: str  # "v0": three 8 MiB IPC buffers when enabled
+    lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
+    lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
     has_kv_cache_memory_bytes: bool
+    kv_cache_dtypes: tuple[str, ...]  # --kv-cache-dtype choices of the release
     has_auto_max_model_len: bool
+    auto_dtype_avoids_bf16: bool  # dtype "auto" falls back to fp16 where bf16 is unsupported
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -113,6 +124,10 @@ def _tier(raw: dict[str, Any]) -> BatchTier:
 def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
     fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
+    fields["v2_runner_archs"] = tuple(fields["v2_runner_archs"])
+    fields["kv_cache_dtypes"] = tuple(fields["kv_cache_dtypes"])
+    fields["v0_auto_chunked_prefill_off_for"] = tuple(fields["v0_auto_chunked_prefill_off_for"])
+    fields["lora_max_ranks"] = tuple(fields["lora_max_ranks"])
     return VersionRules(version=version, **fields)
 
 
@@ -120,6 +135,18 @@ def rules_for(version: str | None) -> VersionRules:
     """The accounting rules of a vLLM release (the latest known one when None)."""
     version = version or latest_version()
     return _to_rules(version, _merged(version))
+
+
+# Rules decided by vllm/config.py and the argument parser, whichever engine runs
+_CONFIG_LEVEL_RULES = (
+    "default_gpu_memory_utilization",
+    "kv_cache_dtypes",
+    "lora_max_ranks",
+    "lora_extra_vocab_size",
+    "auto_dtype_avoids_bf16",
+    "has_kv_cache_memory_bytes",
+    "has_auto_max_model_len",
+)
 
 
 def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> VersionRules:
@@ -131,7 +158,11 @@ def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> Version
     fp8_kv = (flags.kv_cache_dtype or "auto").startswith("fp8") and wanted < (0, 9, 0)
     fp8_kv = fp8_kv and gpu.compute_capability != "9.0"  # 0.8.x: fp8 KV only with FA3 (Hopper)
     if old_gpu or fp8_kv:
-        return _to_rules(rules.version, _merged(_rules_data()["last_v0_default"]))
+        v0 = _merged(_rules_data()["last_v0_default"])
+        release = _merged(rules.version)
+        # the engine's accounting is V0's; what vllm/config.py and the argument parser decide
+        # (dtype, flag choices, defaults) is still this release's
+        return _to_rules(rules.version, v0 | {k: release[k] for k in _CONFIG_LEVEL_RULES})
     return rules
 
 
@@ -143,14 +174,18 @@ def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:
     raise AssertionError("the last batch tier has no conditions")
 
 
-def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec) -> str:
+def _runtime_dtype(model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, rules: VersionRules) -> str:
     requested = {"half": "float16", "float": "float32"}.get(flags.dtype or "", flags.dtype)
-    if requested in (None, "auto"):
-        # dtype "auto": the checkpoint's dtype; fp32 checkpoints are downcast to bf16 (fp16
-        # before compute capability 8.0), and bf16 falls back to fp16 where bf16 is unsupported
+    if requested in (None, "auto") and rules.auto_dtype_avoids_bf16:
+        # 0.9.1+ config.py:_resolve_auto_dtype: the checkpoint's dtype where the platform
+        # supports it, else the platform's first choice (fp16 before compute capability 8.0)
         if model.dtype == "float32" or (model.dtype == "bfloat16" and not gpu.supports_bf16):
             return "bfloat16" if gpu.supports_bf16 else "float16"
         return model.dtype
+    if requested in (None, "auto"):
+        # <= 0.9.0 config.py:_get_and_verify_dtype: fp32 checkpoints become fp16, others keep
+        # their dtype, and the worker's _check_if_gpu_supports_dtype refuses bf16 below 8.0
+        requested = "float16" if model.dtype == "float32" else model.dtype
     if requested == "bfloat16" and not gpu.supports_bf16:
         raise InvalidFlagError(
             f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
@@ -187,21 +222,37 @@ def _check_quantization(model: ModelSpec, flags: VllmFlags) -> str | None:
     )
 
 
-def _max_model_len(model: ModelSpec, flags: VllmFlags) -> int:
-    derived = model.max_position_embeddings
+def _derived_max_len(model: ModelSpec, rules: VersionRules) -> tuple[str, int]:
+    """vLLM's derived max_model_len and the config key it came from (_get_and_verify_max_len)."""
+    derived = ("max_position_embeddings", model.max_position_embeddings)
+    if rules.v0_interleaved_window_caps_len and model.is_hybrid and model.sliding_window:
+        # ModelConfig (V0 <= 0.6.4): interleaved sliding window unsupported, so the window is
+        # disabled and the length capped to it ("capping the max length to the sliding window")
+        return min(derived, ("sliding_window", model.sliding_window), key=lambda kv: kv[1])
+    return derived
+
+
+def _max_model_len(model: ModelSpec, flags: VllmFlags, rules: VersionRules) -> int:
+    key, derived = _derived_max_len(model, rules)
     wanted = flags.max_model_len
     if wanted is None:
         return derived
     if wanted != -1 and wanted > derived:
         raise InvalidFlagError(
             f"User-specified max_model_len ({wanted}) is greater than the derived max_model_len "
-            f"(max_position_embeddings={derived} in model's config.json). Set "
+            f"({key}={derived} in model's config.json). Set "
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vLLM to override (at your own risk)."
         )
     return wanted  # -1 ("auto") is resolved by the planner once the KV pool is known
 
 
 def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
+    kv_dtype = flags.kv_cache_dtype or "auto"
+    if kv_dtype not in rules.kv_cache_dtypes:
+        raise InvalidFlagError(
+            f"--kv-cache-dtype {kv_dtype} does not exist in vLLM {rules.version} "
+            f"(choices: {', '.join(rules.kv_cache_dtypes)})"
+        )
     if flags.kv_cache_memory_bytes is not None and not rules.has_kv_cache_memory_bytes:
         raise InvalidFlagError(
             f"--kv-cache-memory-bytes does not exist in vLLM {rules.version} (added in 0.10.2)"
@@ -209,6 +260,72 @@ def _check_version_flags(flags: VllmFlags, rules: VersionRules) -> None:
     if flags.max_model_len == -1 and not rules.has_auto_max_model_len:
         raise InvalidFlagError(
             f"--max-model-len auto does not exist in vLLM {rules.version} (added in 0.14.0)"
+        )
+
+
+# EngineArgs.create_engine_config (V0, 0.5.3+): the set-ups that keep chunked prefill off even
+# above 32K context, each as `model, flags -> bool`
+_CHUNKED_PREFILL_BLOCKERS = {
+    "sliding_window": lambda model, flags: SLIDING in model.attention_layer_types,
+    "lora": lambda model, flags: bool(flags.enable_lora),
+    "prefix_caching": lambda model, flags: bool(flags.enable_prefix_caching),
+    "multimodal": lambda model, flags: model.vision is not None,
+}
+
+
+def _v0_auto_chunked_prefill(
+    model: ModelSpec, flags: VllmFlags, rules: VersionRules, length: int
+) -> bool:
+    if not rules.v0_auto_chunked_prefill or length <= V0_CHUNKED_PREFILL_ABOVE:
+        return False
+    blockers = rules.v0_auto_chunked_prefill_off_for
+    return not any(_CHUNKED_PREFILL_BLOCKERS[name](model, flags) for name in blockers)
+
+
+@dataclass(frozen=True)
+class _SchedulerLimits:
+    enable_chunked_prefill: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def _scheduler_limits(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, rules: VersionRules, length: int
+) -> _SchedulerLimits:
+    """SchedulerConfig's chunked prefill, max_num_seqs and max_num_batched_tokens."""
+    if rules.chunked_prefill == "always":
+        chunked = True
+    elif flags.enable_chunked_prefill is not None:
+        chunked = flags.enable_chunked_prefill
+    else:
+        chunked = _v0_auto_chunked_prefill(model, flags, rules, length)
+    mnbt, mns = _batch_defaults(rules, gpu)
+    if rules.engine == "V0" and model.vision is not None:
+        mnbt = max(mnbt, rules.v0_multimodal_min_mnbt)  # room for one item's multimodal tokens
+    max_num_seqs = flags.max_num_seqs or mns
+    batched = flags.max_num_batched_tokens
+    if batched is None and rules.engine == "V0":
+        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
+        batched = rules.v0_chunked_mnbt if chunked else max(length, mnbt)
+    elif batched is None:
+        batched = min(max_num_seqs * length, mnbt)
+    if flags.max_num_seqs is None:
+        max_num_seqs = min(max_num_seqs, batched)
+    return _SchedulerLimits(chunked, max_num_seqs, batched)
+
+
+def _check_scheduler_limits(limits: _SchedulerLimits, length: int) -> None:
+    batched, max_num_seqs = limits.max_num_batched_tokens, limits.max_num_seqs
+    if batched < max_num_seqs:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
+        )
+    if not limits.enable_chunked_prefill and batched < length:
+        raise InvalidFlagError(
+            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({length}). "
+            "This effectively limits the maximum sequence length to max_num_batched_tokens and "
+            "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or "
+            "decrease max_model_len."
         )
 
 
@@ -220,46 +337,18 @@ def resolve_flags(
     tp = flags.tensor_parallel_size or 1
     pp = flags.pipeline_parallel_size or 1
     _check_parallel(model, tp)
-    max_model_len = _max_model_len(model, flags)
-    length_for_defaults = model.max_position_embeddings if max_model_len == -1 else max_model_len
-    if rules.chunked_prefill == "always":
-        chunked = True
-    elif flags.enable_chunked_prefill is not None:
-        chunked = flags.enable_chunked_prefill
-    else:
-        chunked = rules.v0_auto_chunked_prefill and length_for_defaults > V0_CHUNKED_PREFILL_ABOVE
-    mnbt, mns = _batch_defaults(rules, gpu)
-    max_num_seqs = flags.max_num_seqs or mns
-    batched = flags.max_num_batched_tokens
-    if batched is None:
-        # V0: a fixed chunk with chunked prefill, else a whole prompt must fit one step
-        if rules.engine == "V0":
-            batched = rules.v0_chunked_mnbt if chunked else max(length_for_defaults, mnbt)
-        else:
-            batched = mnbt
-        if rules.engine == "V1":
-            batched = min(max_num_seqs * length_for_defaults, batched)
-    if flags.max_num_seqs is None:
-        max_num_seqs = min(max_num_seqs, batched)
-    if batched < max_num_seqs:
-        raise InvalidFlagError(
-            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
-        )
-    if not chunked and batched < length_for_defaults:
-        raise InvalidFlagError(
-            f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({length_for_defaults}). "
-            "This effectively limits the maximum sequence length to max_num_batched_tokens and "
-            "makes vLLM reject longer sequences. Please increase max_num_batched_tokens or "
-            "decrease max_model_len."
-        )
+    max_model_len = _max_model_len(model, flags, rules)
+    length = _derived_max_len(model, rules)[1] if max_model_len == -1 else max_model_len
+    limits = _scheduler_limits(model, gpu, flags, rules, length)
+    _check_scheduler_limits(limits, length)
     kv_dtype = flags.kv_cache_dtype or "auto"
     return ResolvedFlags(
         gpu_memory_utilization=flags.gpu_memory_utilization or rules.default_gpu_memory_utilization,
         max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=batched,
+        max_num_seqs=limits.max_num_seqs,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
         kv_cache_dtype=kv_dtype,
-        dtype=_runtime_dtype(model, flags, gpu),
+        dtype=_runtime_dtype(model, flags, gpu, rules),
         quantization=_check_quantization(model, flags),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -270,7 +359,7 @@ def resolve_flags(
             if flags.enable_prefix_caching is None
             else flags.enable_prefix_caching
         ),
-        enable_chunked_prefill=chunked,
+        enable_chunked_prefill=limits.enable_chunked_prefill,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes,
         cpu_offload_gb=flags.cpu_offload_gb or 0.0,
         swap_space=rules.default_swap_space_gib if flags.swap_space is None else flags.swap_space,

@@ -1,6 +1,6 @@
 """`kvwise plan --explain`: each common knob's effect on this deployment, computed.
 
-The folk tips in the seed threads (shared/reference/folk_tips.md) contradict each other; here each
+The folk tips users trade in vLLM threads contradict each other; here each
 is re-planned on the user's own model, GPU and flags, and the difference is shown in numbers.
 """
 

@@ -1,11 +1,14 @@
 """The non-KV parts of vLLM's start-up budget, per GPU: weights, activation peak, non-torch
 memory, CUDA graphs, and the CUDA context that lives outside the budget.
 
-The few empirical constants are fitted on real start-up logs in `shared/validation/`
-(`vllm_startup_logs.jsonl`); each constant names the cases it comes from. No case is special-cased.
+Every constant names its source: a vLLM file and function at a release, or the start-up logs it
+is fitted on (`tests/data/validation/vllm_startup_logs.jsonl`, in-sample). No case is
+special-cased. docs/vllm_rules.md lists the rules per release family.
 """
 
 from __future__ import annotations
+
+import re
 
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
@@ -22,31 +25,54 @@ V1_ACTIVATION_BASE_BYTES = 122_000_000  # runner buffers and workspaces independ
 V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [MNBT, hidden] tensor
 # The sampler term's bytes per (request x vocab) depend on the release: see the version rules
 # (`sampler_bytes_per_logit`: 27 while the sampler sorted the vocabulary, 14 with Triton top-k/p).
-# V0 (<= 0.7): the profile batch is max_num_batched_tokens tokens through the MLP (gate/up output
-# of 2 x intermediate, plus hidden states): slope exactly 1x that size between vllm#10517's runs
-# (Llama-3.1-8B, RTX 3090: peak 17.06 GiB at 20k, 17.98 GiB at 29k tokens). Without chunked
-# prefill a further term proportional to max_num_seqs x vocab appears (0.70 GiB for 256 x
-# 128,256 in both vllm#10517 and vllm PR #10511: the version rules' 22.8 bytes per logit); with
-# chunked prefill it does not (vllm#10517 at 35k: 0.06 GiB; vllm#13061 at 131k: 0.19 GiB).
+# V0 (0.4-0.7): the profile run (worker/model_runner.py:profile_run) pushes max_num_batched_tokens
+# tokens through the model. Its peak is at the MLP's down_proj output, where the decoder layer
+# holds, per token: the residual and the normed input [hidden] x 2, gate_up [2 x intermediate],
+# the activation output [intermediate] and down_proj's output [hidden]: 3 x intermediate
+# + 3 x hidden (gate_up is [intermediate] without a gated MLP). This matches vllm#10517's three
+# 0.6.4 runs to 0.01 GiB (Llama-3.1-8B, RTX 3090: 2.06/2.99/0.05 GiB for 20k/29k/512 tokens vs
+# 2.07/2.99/0.06 logged). The forward's tensors are freed before the sampler runs, so the peak is
+# the larger of the two. The sampler (SamplingParams top_p 0.99, top_k vocab - 1) sorts
+# min(max_num_seqs, tokens) x vocab logits in fp32 with int64 indices; its bytes per logit are the
+# release rules' `sampler_bytes_per_logit` (41, fitted on vllm PR #10511: 1.26 GiB for 256 x
+# 128,256 with an 8192-token forward of 0.84 GiB; sampler.py:_apply_top_k_top_p keeps ~40-48
+# bytes alive). With chunked prefill no sampler peak shows (vllm#10517 at 35k: 0.06 GiB;
+# vllm#13061 at 131k: 0.19 GiB for a 0.14 GiB forward), so none is charged.
 # MoE: the fused-MoE kernel's intermediate caches for max_num_batched_tokens x top-k rows
 # (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
 
 # --- non-torch memory charged to the budget ------------------------------------------------------
-# Per-instance accounting (V0 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase" is 0.24-0.27
-# GiB at TP1 in the 0.19 sweep; 2.06-2.13 GiB per GPU at TP >= 2 on NVLink H100s (custom
-# all-reduce and NCCL buffers). On PCIe cards without P2P (RTX 4090 pairs) the custom all-reduce
-# is off: vllm#13061 logs 0.25 GiB at TP2.
+# Per-instance accounting (V0 0.4-0.6.3 and 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase"
+# is 0.24-0.27 GiB at TP1 in the 0.19 sweep; V0 at TP2 on RTX 4090s (no P2P, custom all-reduce
+# off) logs 0.25 GiB (vllm#13061). Fit on those logs: one figure for both engines.
 NON_TORCH_BYTES = int(0.25 * GIB)
 # Global accounting (V0 0.6.4, V1 0.8.0-0.9.0: util caps everything on the device) charges the
 # CUDA context and every other process too: vllm#10517 logs 0.35 GiB with nothing else running.
 GLOBAL_NON_TORCH_BYTES = int(0.35 * GIB)
-MULTI_GPU_NVLINK_EXTRA_BYTES = int(1.85 * GIB)
+# TP >= 2 on NVSwitch Hopper/Blackwell (H100/H200 SXM, B200): 2.06-2.13 GiB per GPU in the 0.19
+# H100 sweep (TP2, TP4), 1.85 GiB above TP1. Attributed to NCCL's NVLink SHARP (NVLS) buffers,
+# which NCCL sets up only on NVSwitch systems of compute capability 9.0+ (NCCL docs,
+# NCCL_NVLS_ENABLE), so A100 NVLink, H100 NVL bridges and PCIe cards are charged the custom
+# all-reduce buffers only. No A100 NVLink TP > 1 log has been available to check that side.
+NVLS_EXTRA_BYTES = int(1.85 * GIB)
+NVSWITCH_MIN_BYTES_S = 450e9  # HGX NVSwitch boards: 450 GB/s per direction and up
 NVLINK_MIN_BYTES_S = 100e9  # interconnects at least this fast are NVLink-class
-# Model Runner V2 (0.26+ dense, 0.29+ all) keeps int32 penalty counts for every running slot:
-# int32[max_num_seqs, vocab] (vllm/v1/worker/gpu/sample/penalties.py), consumed memory.
+# Custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py, 0.4.0-0.33.0,
+# CustomAllreduce.__init__): meta (8 MiB + meta_size) + an 8 MiB IPC buffer + 8 MiB rank_data.
+# Enabled (init_custom_ar / CustomAllreduce checks) for world sizes 2, 4, 6, 8 with GPU P2P, and
+# above 2 only with full NVLink.
+CUSTOM_ALL_REDUCE_BYTES = 3 * 8 * 1024 * 1024
+CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
+# Model Runner V2 keeps int32 penalty counts for every running slot:
+# int32[max_num_seqs, vocab] (vllm/v1/worker/gpu/sample/penalties.py, 0.22+), consumed memory.
 V2_PENALTY_BYTES_PER_LOGIT = 4
 
 # --- CUDA context: before vLLM's memory snapshot, outside the budget -------------------------------
+# The worker's MemorySnapshot / init_gpu_memory (mem_get_info after torch.cuda.set_device) is
+# taken once the process's CUDA context exists, so the context is never inside the budget. Its
+# size is a fit: vllm#10517 (0.6.4, RTX 3090, global accounting) charges 0.35 GiB of non-torch
+# memory with nothing else on the card, cuBLAS workspaces included. kvwise adds a 0.15 GiB
+# margin to that one measurement (contexts vary with driver, CUDA and card): a margin, not a fit.
 CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 
 # --- CUDA graphs ---------------------------------------------------------------------------------------
@@ -118,9 +144,10 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
     logits = _sampler_rows(resolved) * model.vocab_size
     if rules.engine == "V0":
         inter = model.intermediate_size / resolved.tensor_parallel_size
-        forward = tokens * (2 * inter + 2 * model.hidden_size) * dtype_bytes
+        mlp_in = (2 if model.gated_mlp else 1) * inter  # gate_up (or up) projection output
+        forward = tokens * (mlp_in + inter + 3 * model.hidden_size) * dtype_bytes
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
-        return int(forward + sampler + _moe_workspace_bytes(model, resolved))
+        return int(max(forward, sampler) + _moe_workspace_bytes(model, resolved))
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
     sampler = rules.sampler_bytes_per_logit * logits
     peak = max(sampler, _mlp_transient_bytes(model, resolved))
@@ -130,10 +157,53 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
     )
 
 
-def _uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
-    if rules.v2_runner == "all":
-        return True
-    return rules.v2_runner == "dense" and model.moe is None and not model.is_hybrid
+def uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
+    """Whether the release runs this model on Model Runner V2 by default
+    (vllm/config/vllm.py: VllmConfig.use_v2_model_runner, _is_default_v2_model_runner_model)."""
+    listed = model.architecture in rules.v2_runner_archs
+    dense = model.moe is None
+    if rules.v2_runner == "listed_dense_unquantized":  # 0.22-0.23
+        return listed and dense and model.quant is None
+    if rules.v2_runner == "listed":  # 0.24
+        return listed
+    if rules.v2_runner == "listed_or_dense":  # 0.25-0.28: hybrid models stay on V1's runner
+        return (listed or dense) and not model.is_hybrid
+    return rules.v2_runner == "all"  # 0.29+
+
+
+def graph_estimate_in_budget(model: ModelSpec, rules: VersionRules) -> bool:
+    """Whether the release deducts its CUDA-graph estimate from the budget for this model
+    (gpu_worker.py:determine_available_memory with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS at
+    its default; Model Runner V2's profile_cudagraph_memory returns 0 before 0.29)."""
+    if not rules.cuda_graph_in_budget:
+        return False
+    return rules.graph_estimate_in_v2_runner or not uses_v2_runner(model, rules)
+
+
+def _has_p2p(gpu: GpuSpec) -> bool:
+    # GeForce cards have GPU peer-to-peer disabled by the driver unless bridged by NVLink
+    is_geforce = re.search(r"\bRTX \d{4}\b|GEFORCE|TITAN", gpu.name.upper()) is not None
+    return gpu.interconnect_bytes_s >= NVLINK_MIN_BYTES_S or not is_geforce
+
+
+def custom_all_reduce_bytes(gpu: GpuSpec, tp: int) -> int:
+    """The custom all-reduce's buffers on each GPU, when vLLM enables it for this set-up."""
+    if tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES or not _has_p2p(gpu):
+        return 0
+    if tp > 2 and gpu.interconnect_bytes_s < NVLINK_MIN_BYTES_S:
+        return 0  # "not supported on more than two PCIe-only GPUs"
+    return CUSTOM_ALL_REDUCE_BYTES
+
+
+def _multi_gpu_bytes(gpu: GpuSpec, tp: int) -> int:
+    if tp == 1:
+        return 0
+    is_nvswitch_hopper = (
+        gpu.interconnect_bytes_s >= NVSWITCH_MIN_BYTES_S and float(gpu.compute_capability) >= 9.0
+    )
+    if is_nvswitch_hopper:
+        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure, custom all-reduce included
+    return custom_all_reduce_bytes(gpu, tp)
 
 
 def non_torch_bytes(
@@ -146,9 +216,8 @@ def non_torch_bytes(
         charged = GLOBAL_NON_TORCH_BYTES + others
     else:
         charged = NON_TORCH_BYTES
-    if resolved.tensor_parallel_size > 1 and gpu.interconnect_bytes_s >= NVLINK_MIN_BYTES_S:
-        charged += MULTI_GPU_NVLINK_EXTRA_BYTES
-    if _uses_v2_runner(model, rules):
+    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size)
+    if uses_v2_runner(model, rules):
         charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
     return charged
 

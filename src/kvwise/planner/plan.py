@@ -19,12 +19,14 @@ from kvwise.planner.hostram import host_ram_bytes
 from kvwise.planner.kv import (
     KvLayout,
     blocks_per_request,
+    cdiv,
     estimated_max_model_len,
     kv_dtype_bytes,
     kv_layout,
     kv_tokens,
 )
 from kvwise.planner.kv_release import for_release
+from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
     KvCapacity,
     MemoryBreakdown,
@@ -44,20 +46,29 @@ class _NonKv:
     graphs_in_budget: int  # the estimate deducted from the budget (0 when outside)
 
 
-def _non_kv(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> _NonKv:
+def _non_kv(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, resolved: ResolvedFlags, rules: VersionRules
+) -> _NonKv:
     graphs = memory.cuda_graph_bytes(model, resolved, rules)
-    in_budget = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if rules.cuda_graph_in_budget else 0
+    in_budget = memory.graph_estimate_in_budget(model, rules)
+    in_budget_bytes = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if in_budget else 0
     return _NonKv(
-        weights=memory.weights_bytes(model, resolved),
+        # LoRA slots are allocated inside load_model: vLLM logs them as weights
+        weights=memory.weights_bytes(model, resolved) + lora_bytes(model, flags, resolved, rules),
         activation=memory.activation_bytes(model, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
-        graphs_in_budget=in_budget,
+        graphs_in_budget=in_budget_bytes,
     )
 
 
-def _free_at_init(gpu: GpuSpec) -> int:
-    """Free memory when vLLM takes its snapshot: after its own CUDA context, minus others' use."""
+def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None) -> int:
+    """Free memory in vLLM's start-up snapshot (MemorySnapshot / init_gpu_memory), taken after
+    its own CUDA context exists. A figure vLLM printed itself ("Free memory on device (X/Y GiB)
+    on startup") already excludes that context; NVML's free figure, read before vLLM runs, and an
+    empty card do not."""
+    if startup_free_bytes is not None:
+        return startup_free_bytes
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
     return free - memory.CUDA_CONTEXT_BYTES
 
@@ -78,15 +89,21 @@ def _resolve_auto_len(resolved: ResolvedFlags, layout: KvLayout, available: int)
     return ResolvedFlags(**{**resolved.__dict__, "max_model_len": max(fitted, 0)})
 
 
+def _blocks_per_request(layout: KvLayout, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    if rules.engine == "V0":
+        # V0 sizes both its fit check (worker.py:raise_if_cache_size_invalid) and its concurrency
+        # (executor: num_gpu_blocks x block_size / max_model_len) on max_model_len, window or not
+        return cdiv(resolved.max_model_len, layout.block_size)
+    return blocks_per_request(layout, resolved.max_model_len, resolved.max_num_batched_tokens)
+
+
 def _capacity(
     layout: KvLayout, available: int, resolved: ResolvedFlags, rules: VersionRules
 ) -> KvCapacity:
     num_blocks = max(available, 0) // layout.bytes_per_block
     if resolved.num_gpu_blocks_override is not None:
         num_blocks = resolved.num_gpu_blocks_override
-    per_request = blocks_per_request(
-        layout, resolved.max_model_len, resolved.max_num_batched_tokens
-    )
+    per_request = _blocks_per_request(layout, resolved, rules)
     tokens = kv_tokens(
         layout, num_blocks, resolved.max_model_len, per_request, rules.tokens_formula
     )
@@ -111,8 +128,10 @@ def _startup_error(
     layout: KvLayout,
     kv: KvCapacity,
     model: ModelSpec,
+    free: int,
 ) -> PlanError | None:
-    free = _free_at_init(gpu)
+    # V1 0.9.1+ (gpu_worker.py:init_device, later v1/worker/utils.py:request_memory): the
+    # snapshot's free memory < ceil(total x util) is refused before the model loads
     if rules.startup_free_check and free < budget:
         return errors_text.insufficient_free(gpu, free, budget, resolved)
     if parts.weights > free:
@@ -152,12 +171,18 @@ def plan(
     vllm_version: str | None = None,
     num_gpus: int | None = None,
     host_ram_available_bytes: int | None = None,
+    startup_free_bytes: int | None = None,
 ) -> Plan:
-    """Predict what vLLM logs and decides at start-up (all memory figures per GPU)."""
+    """Predict what vLLM logs and decides at start-up (all memory figures per GPU).
+
+    `startup_free_bytes`: the free memory vLLM itself reported at start-up (its snapshot, the
+    CUDA context already taken), when known; otherwise `gpu.free_bytes` (NVML, before vLLM)
+    less the context, or the whole card less the context.
+    """
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
     model = for_release(model, rules.version)
     resolved = resolve_flags(model, gpu, flags, rules)
-    parts = _non_kv(model, gpu, resolved, rules)
+    parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
     dtype_bytes = kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)
     layout = kv_layout(
@@ -166,11 +191,13 @@ def plan(
         pp=resolved.pipeline_parallel_size,
         block_size=resolved.block_size,
         dtype_bytes=dtype_bytes,
+        is_hybrid_manager=rules.hybrid_kv_groups,  # V0 and V1 < 0.9.1: every layer full length
     )
     available = _available_kv(budget, parts, resolved)
     resolved = _resolve_auto_len(resolved, layout, available)
     kv = _capacity(layout, available, resolved, rules)
-    error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model)
+    free = _free_at_init(gpu, startup_free_bytes)
+    error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
     if error is None and host_ram_available_bytes is not None and host > host_ram_available_bytes:
@@ -183,7 +210,7 @@ def plan(
         non_torch_bytes=parts.non_torch,
         cuda_graph_bytes=parts.graphs_actual,
         kv_cache_bytes=max(available, 0),
-        cuda_graph_in_budget=rules.cuda_graph_in_budget,
+        cuda_graph_in_budget=memory.graph_estimate_in_budget(model, rules),
         peak_device_bytes=memory.CUDA_CONTEXT_BYTES
         + budget
         + parts.graphs_actual

@@ -41,10 +41,12 @@ def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
             f"only {headroom / GIB:.2f} GiB of the device stay outside vLLM's footprint; anything else "
             "on the card (desktop, another process) will make start-up fail"
         )
-    if not rules.cuda_graph_in_budget and not flags.enforce_eager:
+    if not mem.cuda_graph_in_budget and not flags.enforce_eager:
+        # 0.20-0.28 deduct the estimate, but Model Runner V2 estimates 0 before 0.29
+        why = " (Model Runner V2 estimates none)" if rules.cuda_graph_in_budget else ""
         out.append(
             f"vLLM {rules.version} captures CUDA graphs ({mem.cuda_graph_bytes / GIB:.2f} GiB) outside "
-            "gpu_memory_utilization: leave that much free beyond the budget"
+            f"gpu_memory_utilization{why}: leave that much free beyond the budget"
         )
     return out
 
