@@ -189,6 +189,7 @@ def _flags(record: dict[str, Any]) -> VllmFlags:
         enforce_eager=record.get("enforce_eager"),
         block_size=record.get("block_size"),
         quantization=_plain(record.get("quantization") or "") or None,
+        dtype=_plain(record.get("dtype") or "") or None,
     )
 
 

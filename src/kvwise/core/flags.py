@@ -18,14 +18,41 @@ from kvwise.errors import InvalidFlagError
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
 LORA_DTYPES = ("auto", "bfloat16", "float16", "float32")
+# --quantization accepts vLLM's method names (model_executor/layers/quantization/__init__.py,
+# QUANTIZATION_METHODS, union of 0.4.0-0.33.0). Besides fp8 and bitsandbytes, which quantize a
+# 16-bit checkpoint while loading, a method only names the checkpoint's own quantization.
 QUANTIZATIONS = (
     "awq",
     "awq_marlin",
     "gptq",
     "gptq_marlin",
+    "gptq_marlin_24",
+    "marlin",
     "fp8",
     "bitsandbytes",
     "compressed-tensors",
+    "mxfp4",
+    "mxfp8",
+    "modelopt",
+    "modelopt_fp4",
+    "modelopt_mxfp8",
+    "modelopt_mixed",
+    "auto-round",
+    "inc",
+    "gguf",
+    "fbgemm_fp8",
+    "ptpc_fp8",
+    "experts_int8",
+    "moe_wna16",
+    "quark",
+    "torchao",
+    "aqlm",
+    "squeezellm",
+    "deepspeedfp",
+    "bitblas",
+    "gptq_bitblas",
+    "hqq",
+    "qqq",
 )
 
 
