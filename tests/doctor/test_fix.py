@@ -9,8 +9,8 @@ from __future__ import annotations
 from kvwise.core.catalog import load_model
 from kvwise.core.gpus import GIB, find_gpu
 from kvwise.doctor import kinds
+from kvwise.doctor.command import flags_text, serve_command
 from kvwise.doctor.diagnose import diagnose
-from kvwise.doctor.fix import serve_command
 from tests.doctor.logs import (
     MODEL,
     V1_SERVING,
@@ -196,4 +196,6 @@ def test_serve_command_spelling() -> None:
         "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
         "--enforce-eager --no-enable-prefix-caching --kv-cache-memory-bytes 8G"
     )
-    assert serve_command(None, {}) == "vllm serve <MODEL>"
+    assert flags_text({"max_model_len": -1, "kv_cache_dtype": "fp8"}) == (
+        "--max-model-len auto --kv-cache-dtype fp8"
+    )

@@ -7,8 +7,9 @@ from typing import Any
 
 from kvwise.doctor import explain, kinds
 from kvwise.doctor.classify import Diagnosis, classify
+from kvwise.doctor.command import serve_command
 from kvwise.doctor.figures import GIB
-from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose, serve_command
+from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose
 from kvwise.doctor.options import PRESCRIBERS, options_for
 from kvwise.doctor.parse import ParsedLog, parse_log
 from kvwise.doctor.resolve import Resolved, resolve
@@ -90,12 +91,15 @@ def prescribe(
             "so the fix follows vLLM's figures"
         )
     best = options[0] if options else None
-    command_flags = _command_flags(parsed, diagnosis.anchor) | (best.changes if best else {})
+    command = None
+    if best is not None and resolved.model_name:
+        flags = _command_flags(parsed, diagnosis.anchor) | best.changes
+        command = serve_command(resolved.model_name, flags)
     advice = best.reason if best else explain.ADVICE.get(diagnosis.kind, "")
     return Prescription(
         options=tuple(options),
         before=before,
-        command=serve_command(parsed.model(diagnosis.anchor), command_flags),
+        command=command,
         advice=advice,
         notes=tuple(dict.fromkeys(notes + ctx.notes)),
     )
@@ -137,7 +141,7 @@ def parsed_json(report: Report) -> dict[str, Any]:
     return {
         "vllm_version": parsed.version,
         "engine": parsed.engine,
-        "model": parsed.model(anchor),
+        "model": resolved.model_name,
         "gpu": resolved.gpu.name if resolved.gpu else (parsed.gpu_names or [None])[0],
         "gpu_memory_gib": round(resolved.gpu.memory_bytes / GIB, 2) if resolved.gpu else None,
         "flags": parsed.flags(anchor),

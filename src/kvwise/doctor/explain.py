@@ -33,12 +33,21 @@ _TORCH_SIZES = re.compile(
 _EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|AssertionError)\b:?")
 
 
-def _gib(value: float | None) -> str:
-    return "?" if value is None else f"{value / GIB:.2f} GiB"
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
 
 
-def _num(value: float | None) -> str:
-    return "?" if value is None else f"{int(value):,}"
+def _num(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _around(text: str, value: float | None, fmt: str = "({})") -> str:
+    """` (4.71 GiB)` after `text` when the value is known, else `text` alone (no placeholder)."""
+    return text if value is None else f"{text} {fmt.format(_gib(value))}"
+
+
+def _sized(value: float | None, label: str, fallback: str) -> str:
+    return fallback if value is None else f"{label} {_gib(value)}"
 
 
 def summarize(kind: str, parsed: ParsedLog, anchor: int | None) -> str:
@@ -47,11 +56,9 @@ def summarize(kind: str, parsed: ParsedLog, anchor: int | None) -> str:
 
 
 def _max_model_len(parsed: ParsedLog, at: int | None) -> str:
-    flags = parsed.flags(at)
-    text = (
-        f"vLLM refused to start: one request of max_model_len={_num(flags.get('max_model_len'))} "
-        f"tokens does not fit the KV cache"
-    )
+    length = parsed.flags(at).get("max_model_len")
+    size = "max_model_len" if length is None else f"max_model_len={_num(length)}"
+    text = f"vLLM refused to start: one request of {size} tokens does not fit the KV cache"
     kv, tokens = parsed.figure("kv_cache_bytes", at), parsed.figure("kv_cache_tokens", at)
     if kv is not None or tokens is not None:
         parts = [
@@ -76,15 +83,12 @@ def _no_kv(parsed: ParsedLog, at: int | None) -> str:
     budget = parsed.figure("budget_bytes", at)
     util = parsed.flags(at).get("gpu_memory_utilization")
     parts = [
-        f"weights {_gib(parsed.figure('weights_bytes', at))}"
-        if parsed.figure("weights_bytes", at) is not None
-        else "the weights",
-        f"activation peak {_gib(parsed.figure('activation_peak_bytes', at))}"
-        if parsed.figure("activation_peak_bytes", at) is not None
-        else "the profile run's activation peak",
-        f"non-torch memory {_gib(parsed.figure('non_torch_bytes', at))}"
-        if parsed.figure("non_torch_bytes", at) is not None
-        else "non-torch memory",
+        _sized(parsed.figure(name, at), label, fallback)
+        for name, label, fallback in (
+            ("weights_bytes", "weights", "the weights"),
+            ("activation_peak_bytes", "activation peak", "the profile run's activation peak"),
+            ("non_torch_bytes", "non-torch memory", "non-torch memory"),
+        )
     ]
     where = "the gpu_memory_utilization budget"
     if util is not None:
@@ -98,20 +102,26 @@ def _no_kv(parsed: ParsedLog, at: int | None) -> str:
 def _insufficient_free(parsed: ParsedLog, at: int | None) -> str:
     free, total = parsed.figure("free_at_startup_bytes", at), parsed.figure("total_bytes", at)
     util, budget = parsed.flags(at).get("gpu_memory_utilization"), parsed.figure("budget_bytes", at)
+    seen = "less memory was free on the GPU at start-up"
+    if free is not None:
+        seen = f"only {_gib(free)}" + (f" of {_gib(total)}" if total is not None else "")
+        seen += " was free on the GPU at start-up"
+    asked = "gpu_memory_utilization" + (f"={util:g}" if util is not None else "")
     return (
-        f"vLLM refused to start: only {_gib(free)} of {_gib(total)} was free on the GPU at "
-        f"start-up, less than gpu_memory_utilization={util if util is not None else '?'} asks "
-        f"for ({_gib(budget)}); gpu_memory_utilization is a share of the whole GPU, so memory "
-        "held by anything else must fit beside it."
+        f"vLLM refused to start: {seen}, less than {_around(asked + ' asks for', budget)}; "
+        "gpu_memory_utilization is a share of the whole GPU, so memory held by anything else "
+        "must fit beside it."
     )
 
 
 def _sampler(parsed: ParsedLog, at: int | None) -> str:
     seqs = parsed.flags(at).get("max_num_seqs")
+    dummies = "max_num_seqs dummy requests" if seqs is None else f"{_num(seqs)} dummy requests"
+    kv = _around("the KV cache", parsed.figure("kv_cache_bytes", at))
     return (
-        f"CUDA ran out of memory while vLLM warmed up the sampler with {_num(seqs)} dummy "
-        "requests (max_num_seqs rows of vocabulary-sized logits), after the KV cache "
-        f"({_gib(parsed.figure('kv_cache_bytes', at))}) had taken the rest of the budget."
+        f"CUDA ran out of memory while vLLM warmed up the sampler with {dummies} "
+        f"(max_num_seqs rows of vocabulary-sized logits), after {kv} had taken the rest of the "
+        "budget."
     )
 
 
@@ -127,9 +137,9 @@ def _capture(parsed: ParsedLog, at: int | None) -> str:
 
 
 def _kv_alloc(parsed: ParsedLog, at: int | None) -> str:
+    kv = _around("the KV cache", parsed.figure("kv_cache_bytes", at))
     return (
-        "CUDA ran out of memory while allocating the KV cache "
-        f"({_gib(parsed.figure('kv_cache_bytes', at))}): less memory was free than the profile "
+        f"CUDA ran out of memory while allocating {kv}: less memory was free than the profile "
         "run measured, usually because something else took GPU memory meanwhile."
     )
 

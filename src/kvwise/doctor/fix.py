@@ -10,7 +10,6 @@ change wins; the others are listed as alternatives.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -148,7 +147,7 @@ def _num_gpus(flags: dict[str, Any]) -> int:
 class Prescription:
     options: tuple[Option, ...]  # best first
     before: Plan | None
-    command: str
+    command: str | None  # `vllm serve MODEL ...` with the fix; None without a change or a model
     advice: str  # what to do, in words (the best option's reason, or advice no flag can carry)
     notes: tuple[str, ...]
 
@@ -226,29 +225,3 @@ def _reason_with(reason: str, changes: dict[str, Any]) -> str:
     if length is None or f"{length:,}" in reason:
         return reason
     return f"lower --max-model-len to {length:,} ({reason.split(': ', 1)[-1]}, less what the next change takes)"
-
-
-def serve_command(model: str | None, flags: dict[str, Any]) -> str:
-    """`vllm serve MODEL --flag value ...` with vLLM's spelling of each flag."""
-    parts = ["vllm", "serve", model or "<MODEL>"]
-    for name, value in flags.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                parts.append(flag)
-            elif name in ("enable_prefix_caching", "enable_chunked_prefill"):
-                parts.append("--no-" + flag[2:])
-        elif name == "kv_cache_memory_bytes":
-            parts += [flag, _size_text(int(value))]
-        elif name == "max_model_len" and value == -1:
-            parts += [flag, "auto"]
-        else:
-            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return " ".join(part if part == "<MODEL>" else shlex.quote(part) for part in parts)
-
-
-def _size_text(value: int) -> str:
-    for unit, size in (("G", 2**30), ("M", 2**20)):
-        if value % size == 0:
-            return f"{value // size}{unit}"
-    return str(value)

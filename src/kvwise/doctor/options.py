@@ -185,7 +185,7 @@ def free_memory_options(ctx: FixContext) -> list[Option]:
         return []
     new = floor2(free / total - 0.01)  # 1% below what was free, for what moves meanwhile
     reason = (
-        f"lower --gpu-memory-utilization from {util if util is not None else '?'} to {new:g}: "
+        f"lower --gpu-memory-utilization{'' if util is None else f' from {util:g}'} to {new:g}: "
         f"{gib(free)} of {gib(total)} was free at start-up"
     )
     option = Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util}, True)

@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kvwise.doctor.command import flags_text
 from kvwise.doctor.diagnose import Report
 from kvwise.doctor.figures import GIB
 from kvwise.planner.result import Plan
@@ -69,7 +70,11 @@ def _fix_parts(report: Report) -> list[Any]:
     best = prescription.best
     if best is not None and (prescription.before or best.plan):
         parts.append(_before_after(prescription.before, best.plan))
-    parts.append(Text("\n  " + prescription.command, style="bold cyan"))
+    if prescription.command is not None:
+        parts.append(Text("\n  " + prescription.command, style="bold cyan"))
+    elif best is not None:
+        parts.append(Text("\n  add to the vllm serve command you ran:", style="bold"))
+        parts.append(Text("  " + flags_text(best.changes), style="bold cyan"))
     for option in prescription.options[1:]:
         parts.append(Text(f"  or: {option.reason}", style="dim"))
     for note in prescription.notes:

@@ -20,6 +20,7 @@ class Resolved:
     model: ModelSpec | None
     gpu: GpuSpec | None
     notes: tuple[str, ...]
+    model_name: str | None = None  # as the user named it (--model, else the log)
 
 
 def resolve(
@@ -35,7 +36,8 @@ def resolve(
     gpu, gpu_note = resolve_gpu(((gpu_hint,) if gpu_hint else ()) + gpu_names, total_bytes)
     if gpu is not None and free_bytes is not None:
         gpu = replace(gpu, free_bytes=int(free_bytes))  # another process's share is not free
-    return Resolved(model, gpu, tuple(n for n in (model_note, gpu_note) if n))
+    notes = tuple(n for n in (model_note, gpu_note) if n)
+    return Resolved(model, gpu, notes, model_hint or model_name)
 
 
 def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
