@@ -59,7 +59,7 @@ def test_stdin_and_the_human_panel() -> None:
         [*v1_start(), error("core.py:700", "ValueError: No available memory for the cache blocks.")]
     )
     done = subprocess.run(
-        [sys.executable, "-m", "kvwise.cli", "doctor", "-"],
+        [sys.executable, "-m", "kvwise.cli", "doctor", "-", "--gpu", "rtx4090"],
         input=log,
         capture_output=True,
         timeout=60,

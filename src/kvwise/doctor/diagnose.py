@@ -7,6 +7,7 @@ from typing import Any
 
 from kvwise.doctor import explain, kinds
 from kvwise.doctor.classify import Diagnosis, classify
+from kvwise.doctor.combine import beyond_the_knobs, combined_options
 from kvwise.doctor.command import serve_command
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose
@@ -14,7 +15,7 @@ from kvwise.doctor.options import PRESCRIBERS, options_for
 from kvwise.doctor.parse import ParsedLog, parse_log
 from kvwise.doctor.resolve import Resolved, resolve
 from kvwise.doctor.text import read_log
-from kvwise.planner import plan
+from kvwise.planner import Plan, plan
 
 
 @dataclass(frozen=True)
@@ -81,21 +82,18 @@ def prescribe(
         return None
     flags = parsed.flags(diagnosis.anchor)
     ctx = FixContext(diagnosis, parsed, flags, resolved.model, resolved.gpu, planner)
-    options = choose(ctx, prescriber(ctx), options_for)
+    options = choose(ctx, prescriber(ctx), options_for) or combined_options(ctx)
     before = ctx.plan()
     notes = list(resolved.notes) if planner is not None else ["no planner available"]
-    if before is not None and before.starts and diagnosis.kind in _STARTUP_FAILURES:
-        notes.append(
-            f"the planner predicts the logged configuration starts (KV cache "
-            f"{before.memory.kv_cache_bytes / GIB:.2f} GiB); vLLM's log says it did not, "
-            "so the fix follows vLLM's figures"
-        )
+    notes += _planner_disagrees(diagnosis.kind, before)
     best = options[0] if options else None
     command = None
     if best is not None and resolved.model_name:
         flags = _command_flags(parsed, diagnosis.anchor) | best.changes
         command = serve_command(resolved.model_name, flags)
     advice = best.reason if best else explain.ADVICE.get(diagnosis.kind, "")
+    if best is None and ctx.can_plan and ctx.reproduces:
+        advice = beyond_the_knobs(ctx)
     return Prescription(
         options=tuple(options),
         before=before,
@@ -103,6 +101,24 @@ def prescribe(
         advice=advice,
         notes=tuple(dict.fromkeys(notes + ctx.notes)),
     )
+
+
+def _planner_disagrees(kind: str, before: Plan | None) -> list[str]:
+    """A note when the planner's verdict on the logged configuration is not what vLLM logged."""
+    if before is None or kind not in _STARTUP_FAILURES:
+        return []
+    if before.error is None:
+        return [
+            f"the planner predicts the logged configuration starts (KV cache "
+            f"{before.memory.kv_cache_bytes / GIB:.2f} GiB); vLLM's log says it did not, "
+            "so the fix follows vLLM's figures"
+        ]
+    if before.error.kind != kind:
+        return [
+            f"for the logged configuration the planner predicts {before.error.kind} where "
+            f"vLLM logged {kind}; the fix is checked against the planner"
+        ]
+    return []
 
 
 # kinds where vLLM failed to start: a planner that predicts a start disagrees with the log

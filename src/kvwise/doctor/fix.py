@@ -88,8 +88,12 @@ class FixContext:
     def can_plan(self) -> bool:
         return self.planner is not None and self.model is not None and self.gpu is not None
 
-    def plan(self, changes: dict[str, Any] | None = None) -> Plan | None:
-        """The planner's verdict for the logged flags with `changes`; None when it cannot say."""
+    def plan(self, changes: dict[str, Any] | None = None, *, quiet: bool = False) -> Plan | None:
+        """The planner's verdict for the logged flags with `changes`; None when it cannot say.
+
+        Why it cannot say becomes a note, unless `quiet` (a search that tries values the
+        model may not take, such as a tensor-parallel size its heads do not divide by).
+        """
         if not self.can_plan:
             return None
         assert self.planner is not None
@@ -104,6 +108,8 @@ class FixContext:
                 num_gpus=_num_gpus(values),
             )
         except (KvwiseError, ValueError, ArithmeticError) as exc:
+            if quiet:
+                return None
             self.notes.append(
                 f"the planner could not evaluate {changes or 'the logged flags'}: {exc}"
             )
@@ -160,29 +166,34 @@ Completion = Callable[["FixContext", str], list[Option]]
 
 
 def choose(ctx: FixContext, candidates: list[Option], complete: Completion) -> list[Option]:
-    """Re-plan each candidate, smallest change first.
+    """Re-plan each candidate, smallest change first; keep only those the planner says start.
 
-    A value taken from vLLM's own figures is kept even when the planner predicts a failure;
-    when the planner predicts a *different* failure with it (the next check vLLM would hit),
-    `complete` proposes a second change for that failure and the pair is kept instead.
+    A value taken from vLLM's own figures that the planner says fails with a *different* error
+    (the next check vLLM would hit) gets a second change for that failure from `complete`, and
+    the pair is kept if it starts. Without a planner (model or GPU unknown) nothing can be
+    re-planned: only values from vLLM's own figures are kept, and a note says so.
     """
     kept = []
     for option in candidates:
+        if not ctx.can_plan:
+            if option.from_log:
+                kept.append(option)
+            continue
         plan = ctx.plan(option.changes)
-        if plan is not None and not plan.starts:
-            if not option.from_log:
-                continue
-            if plan.error is not None and plan.error.kind != ctx.diagnosis.kind:
-                pair = _completed(ctx, option, plan.error.kind, complete)
-                if pair is not None:
-                    kept.append(pair)
-                    continue
-            ctx.notes.append(
-                f"with {option.changes} the planner still predicts "
-                f"{plan.error.kind if plan.error else 'a failure'} (it may lack part of the "
-                "configuration); this change follows vLLM's own figures"
-            )
-        kept.append(replace(option, plan=plan))
+        if plan is None:
+            continue
+        if plan.starts:
+            kept.append(replace(option, plan=plan))
+            continue
+        if option.from_log and plan.error is not None and plan.error.kind != ctx.diagnosis.kind:
+            pair = _completed(ctx, option, plan.error.kind, complete)
+            if pair is not None:
+                kept.append(pair)
+    if kept and not ctx.can_plan:
+        ctx.notes.append(
+            "the change is vLLM's own arithmetic from the log and was not re-planned: the "
+            "planner needs the model and the GPU (pass --model and --gpu)"
+        )
     return sorted(kept, key=lambda option: option.cost)
 
 

@@ -238,7 +238,9 @@ def host_ram_options(ctx: FixContext) -> list[Option]:
     is_v0 = ctx.parsed.engine == "V0" or (ctx.parsed.engine is None and swap is not None)
     if is_v0 and swap != 0:  # V1 has no swap space
         reason = "--swap-space 0: V0 pins swap_space GiB of host RAM per GPU (4 by default)"
-        return [Option({"swap_space": 0}, reason, {"swap_space": swap if swap is not None else 4})]
+        previous = {"swap_space": swap if swap is not None else 4}
+        # host RAM, which the planner's GPU verdict does not cover: kept without a re-plan
+        return [Option({"swap_space": 0}, reason, previous, from_log=True)]
     return []
 
 
