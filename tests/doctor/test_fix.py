@@ -50,14 +50,34 @@ def test_a_fix_the_planner_completes_with_a_second_change() -> None:
     assert "--tensor-parallel-size 2" in report.prescription.command
 
 
+# the command of llmd-codellama-34b-h100-tp2-freemem-fail, from the record's fields (the excerpt
+# holds only the error): a user pastes it with the log
+CODELLAMA_COMMAND = (
+    b"vllm serve codellama/CodeLlama-34b-hf --tensor-parallel-size 2 --max-model-len 8192 "
+    b"--gpu-memory-utilization 0.95\n"
+)
+
+
 def test_free_memory_fix_fits_what_was_free() -> None:
     record = by_id("llmd-codellama-34b-h100-tp2-freemem-fail")
-    report = diagnose(pasted(record), gpu_hint="h100", model_hint=record["model"])
+    report = diagnose(CODELLAMA_COMMAND + pasted(record), gpu_hint="h100")
     assert report.diagnosis.kind == kinds.INSUFFICIENT_FREE_MEMORY
     util = report.prescription.best.changes["gpu_memory_utilization"]
     assert util * 79.19 <= 60.87  # "Free memory on device cuda:1 (60.87/79.19 GiB)"
     assert report.prescription.best.plan is not None
     assert report.prescription.best.plan.starts
+    assert report.prescription.command == (
+        "vllm serve codellama/CodeLlama-34b-hf --tensor-parallel-size 2 --max-model-len 8192 "
+        f"--gpu-memory-utilization {util:g}"
+    )
+
+
+def test_free_memory_without_the_layout_says_what_would_start() -> None:
+    # the error alone: the planner sees one GPU, where 62.9 GiB of weights do not fit 60.87 free
+    record = by_id("llmd-codellama-34b-h100-tp2-freemem-fail")
+    report = diagnose(pasted(record), gpu_hint="h100", model_hint=record["model"])
+    assert report.prescription.best is None
+    assert "what would: --tensor-parallel-size 2" in report.prescription.advice
 
 
 def test_when_the_planner_cannot_reproduce_the_failure_it_does_not_pick_the_value() -> None:

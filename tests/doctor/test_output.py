@@ -74,10 +74,11 @@ def test_no_placeholder_is_ever_printed(name: str) -> None:
 
 
 def test_the_command_names_the_model_given_with_dash_dash_model() -> None:
-    record = next(r for r in load() if r["id"] == "llmd-codellama-34b-h100-tp2-freemem-fail")
-    report = diagnose(pasted(record), gpu_hint="h100", model_hint=record["model"])
+    record = next(r for r in load() if r["id"] == "qwen-16-qwen15-7b-gptq-rtx3090-fail")
+    model = "Qwen/Qwen1.5-7B-Chat-GPTQ-Int4"  # the log spells it qwen/...; the user's spelling wins
+    report = diagnose(pasted(record), gpu_hint="rtx3090", model_hint=model)
     assert report.prescription is not None and report.prescription.command is not None
-    assert report.prescription.command.startswith(f"vllm serve {record['model']} ")
+    assert report.prescription.command.startswith(f"vllm serve {model} ")
 
 
 def test_the_command_names_the_model_the_log_gave_as_dash_dash_model() -> None:

@@ -25,6 +25,9 @@ from kvwise.doctor.text import LogLine
 
 # a GPU holding this much before vLLM starts has something else on it (a CUDA context is < 1 GiB)
 OTHER_PROCESS_MIN_BYTES = 2 * GIB
+# ... and named in PyTorch's OOM message, this much makes it the cause (a desktop session's
+# Xorg holds a few hundred MiB; that still counts in the fix's free memory, not as the cause)
+OTHER_PROCESS_MIN_OOM_BYTES = GIB
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,13 @@ def _cuda_oom(parsed: ParsedLog) -> Diagnosis | None:
     if parsed.signals.get("pinned_memory"):
         pinned = _first(parsed, "pinned_memory")
         return _host(parsed, _lines(anchor_hit, pinned), "pinned host memory (swap space)")
+    stage, stage_line = _oom_stage(parsed, anchor_hit)
     other = other_process(parsed, anchor)
     if other is not None:
-        summary = explain.summarize(kinds.ANOTHER_PROCESS, parsed, anchor)
+        summary = explain.another_process(stage)
         summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB."
-        return Diagnosis(kinds.ANOTHER_PROCESS, summary, _lines(anchor_hit, *other.lines), anchor)
-    stage, stage_line = _oom_stage(parsed, anchor_hit)
+        evidence = _lines(anchor_hit, stage_line, *other.lines)
+        return Diagnosis(kinds.ANOTHER_PROCESS, summary, evidence, anchor, stage)
     kind = kinds.KIND_OF_STAGE.get(stage or "", kinds.CUDA_OOM)
     summary = explain.summarize(kind, parsed, anchor)
     return Diagnosis(kind, summary, _lines(anchor_hit, stage_line), anchor, stage)
@@ -196,12 +200,21 @@ def _other_from_log(parsed: ParsedLog, anchor: int) -> OtherProcess | None:
     if total is not None and free is not None and total - free >= OTHER_PROCESS_MIN_BYTES:
         line = parsed.figure_line("free_at_startup_bytes", anchor)
         return OtherProcess(int(total - free), "something else on the GPU", _lines(line))
+    others = oom_others(parsed)
+    if others is not None and others.held_bytes >= OTHER_PROCESS_MIN_OOM_BYTES:
+        return others
+    return None
+
+
+def oom_others(parsed: ParsedLog) -> OtherProcess | None:
+    """Other processes' memory named by the first PyTorch OOM message that names any."""
     for hit in parsed.signals.get("cuda_oom", ()):
-        holders = explain.torch_oom_processes(hit.line.message)
-        if len(holders) >= 2 and sorted(holders.values())[-2] >= GIB:
-            held = int(sum(holders.values()) - max(holders.values()))
+        holders = explain.torch_oom_others(hit.line.message)
+        if holders:
+            held = int(sum(holders.values()))
             pids = ", ".join(f"pid {pid}" for pid in holders)
-            return OtherProcess(held, f"another process ({pids} share the GPU)", _lines(hit))
+            plural = "processes" if len(holders) > 1 else "process"
+            return OtherProcess(held, f"another {plural} ({pids})", _lines(hit))
     return None
 
 

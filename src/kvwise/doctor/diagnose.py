@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvwise.doctor import explain, kinds
-from kvwise.doctor.classify import Diagnosis, classify
+from kvwise.doctor.classify import Diagnosis, classify, oom_others
 from kvwise.doctor.combine import beyond_the_knobs, combined_options
 from kvwise.doctor.command import serve_command
 from kvwise.doctor.figures import GIB
@@ -67,11 +67,13 @@ def _free_bytes(parsed: ParsedLog, anchor: int | None) -> float | None:
     free = parsed.figure("free_at_startup_bytes", anchor)
     if free is not None:
         return free
+    total = parsed.figure("total_bytes", anchor)
+    if total is None:
+        return None
     if parsed.smi.gpus and parsed.smi.gpus[0].used_bytes >= GIB:
-        total = parsed.figure("total_bytes", anchor)
-        if total is not None:
-            return total - parsed.smi.gpus[0].used_bytes
-    return None
+        return total - parsed.smi.gpus[0].used_bytes
+    others = oom_others(parsed)  # "Process 2291 has 1.62 GiB memory in use"
+    return None if others is None else total - others.held_bytes
 
 
 def prescribe(
@@ -113,7 +115,7 @@ def _planner_disagrees(kind: str, before: Plan | None) -> list[str]:
             f"{before.memory.kv_cache_bytes / GIB:.2f} GiB); vLLM's log says it did not, "
             "so the fix follows vLLM's figures"
         ]
-    if before.error.kind != kind:
+    if before.error.kind != kind and kind in kinds.PLANNER_KINDS:
         return [
             f"for the logged configuration the planner predicts {before.error.kind} where "
             f"vLLM logged {kind}; the fix is checked against the planner"

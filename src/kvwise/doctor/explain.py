@@ -26,6 +26,7 @@ _STATS = re.compile(
     r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
 )
 _TORCH_HOLDER = re.compile(r"Process (\d+) has (\d+(?:\.\d+)?) (GiB|MiB) memory in use")
+_TORCH_SELF = re.compile(r"this process has \d+(?:\.\d+)? (?:GiB|MiB|KiB|bytes) memory in use")
 _TORCH_SIZES = re.compile(
     r"Tried to allocate (?P<tried>\d+(?:\.\d+)?) (?P<tried_unit>GiB|MiB|KiB|bytes)[^\n]*?"
     r"of which (?P<free>\d+(?:\.\d+)?) (?P<free_unit>GiB|MiB|KiB|bytes) is free"
@@ -168,7 +169,23 @@ def _runtime(parsed: ParsedLog, at: int | None) -> str:
 
 
 def _another(parsed: ParsedLog, at: int | None) -> str:
-    return "CUDA ran out of memory while another process held memory on the same GPU."
+    return another_process(None)
+
+
+# where an out-of-memory error happened, in words (stage names as in kinds.KIND_OF_STAGE)
+STAGE_WORDS = {
+    "weights": "while loading the weights",
+    "profile_run": "in the profile run",
+    "kv_cache_allocation": "while allocating the KV cache",
+    "cuda_graph_capture": "while capturing CUDA graphs",
+    "sampler_warmup": "while warming up the sampler",
+    "runtime": "while serving",
+}
+
+
+def another_process(stage: str | None) -> str:
+    where = f" {STAGE_WORDS[stage]}" if stage in STAGE_WORDS else ""
+    return f"CUDA ran out of memory{where} while another process held memory on the same GPU."
 
 
 def _generic_oom(parsed: ParsedLog, at: int | None) -> str:
@@ -246,6 +263,23 @@ def _bytes(amount: str, unit: str) -> float:
 def torch_oom_processes(message: str) -> dict[int, float]:
     """PyTorch's OOM message lists every process holding memory on that GPU: pid -> bytes."""
     return {int(pid): _bytes(amount, unit) for pid, amount, unit in _TORCH_HOLDER.findall(message)}
+
+
+def torch_oom_others(message: str) -> dict[int, float]:
+    """The processes other than the one that failed, from PyTorch's OOM message.
+
+    PyTorch names the failing process "this process" ("Including non-PyTorch memory, this
+    process has X memory in use") and every other one by pid. Where it cannot tell (inside a
+    container its own pid is not the host's), every holder is named by pid: then the largest
+    is taken to be vLLM itself and a lone one is vLLM alone.
+    """
+    holders = torch_oom_processes(message)
+    if _TORCH_SELF.search(message):
+        return holders
+    if len(holders) < 2:
+        return {}
+    largest = max(holders, key=lambda pid: holders[pid])
+    return {pid: held for pid, held in holders.items() if pid != largest}
 
 
 def looks_like_exception(message: str) -> bool:

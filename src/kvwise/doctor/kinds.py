@@ -42,6 +42,9 @@ ALL_KINDS = (
     UNKNOWN,
 )
 
+# the kinds the planner itself predicts (its error.kind vocabulary)
+PLANNER_KINDS = frozenset(ALL_KINDS[:7])
+
 # start-up stage of an out-of-memory error -> kind
 KIND_OF_STAGE = {
     "weights": WEIGHTS_EXCEED_MEMORY,

@@ -50,7 +50,7 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
             return load_model(candidate), None
         except UnsupportedModelError as exc:
             return None, f"model {candidate!r}: {str(exc).split(' (modelled:')[0]}"
-        except KvwiseError:
+        except (KvwiseError, OSError):  # OSError: a "name" too long to be a path
             continue
     close = closest_models(name.rstrip("/").rsplit("/", 1)[-1])
     hint = f"; closest catalog entries: {', '.join(close)}" if close else ""
@@ -63,7 +63,7 @@ def resolve_gpu(
     for name in names:
         try:
             spec = find_gpu(name)
-        except KvwiseError:
+        except (KvwiseError, OSError):  # OSError: a "name" too long to be a path
             continue
         if total_bytes:
             # the total CUDA reported on this machine beats the catalog's
