@@ -594,6 +594,131 @@ CASES: dict[str, tuple[str, Callable[[], list[Line]]]] = {
             ]
         ),
     ),
+    # --- over-long requests while serving (HTTP 400), in each release's words
+    "v0 chat request over max_model_len": (
+        kinds.CONTEXT_LENGTH,
+        lambda: (
+            v0_start()
+            + V0_SERVING
+            + [
+                error(
+                    "serving_chat.py:183",
+                    "Error in preprocessing prompt inputs: This model's maximum context length "
+                    "is 32768 tokens. However, you requested 33000 tokens (32000 in the "
+                    "messages, 1000 in the completion). Please reduce the length of the "
+                    "messages or completion.",
+                ),
+                info("-", 'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 400'),
+            ]
+        ),
+    ),
+    "v1 input tokens over max_model_len": (
+        kinds.CONTEXT_LENGTH,
+        lambda: (
+            v1_start()
+            + V1_SERVING
+            + [
+                error(
+                    "serving_chat.py:222",
+                    "Error in preprocessing prompt inputs: This model's maximum context length "
+                    "is 32768 tokens. However, your request has 40000 input tokens. Please "
+                    "reduce the length of the input messages.",
+                )
+            ]
+        ),
+    ),
+    "v1 max_tokens too large": (
+        kinds.CONTEXT_LENGTH,
+        lambda: (
+            v1_start()
+            + V1_SERVING
+            + [
+                error(
+                    "serving_engine.py:680",
+                    "'max_tokens' or 'max_completion_tokens' is too large: 2000. This model's "
+                    "maximum context length is 32768 tokens and your request has 31500 input "
+                    "tokens (2000 > 32768 - 31500).",
+                )
+            ]
+        ),
+    ),
+    "v1 engine input check": (
+        kinds.CONTEXT_LENGTH,
+        lambda: (
+            v1_start()
+            + V1_SERVING
+            + [
+                error(
+                    "serving_chat.py:300",
+                    "ValueError: The decoder prompt (length 33000) is longer than the maximum "
+                    "model length of 32768. Make sure that `max_model_len` is no smaller than "
+                    "the number of text tokens.",
+                )
+            ]
+        ),
+    ),
+    "agent client's 400": (
+        kinds.CONTEXT_LENGTH,
+        lambda: [
+            error(
+                "-",
+                "openai.BadRequestError: Error code: 400 - {'object': 'error', 'message': "
+                "\"This model's maximum context length is 32768 tokens. However, you requested "
+                "33000 tokens (32000 in the messages, 1000 in the completion). Please reduce the "
+                "length of the messages or completion.\", 'type': 'BadRequestError', 'param': "
+                "None, 'code': 400}",
+            )
+        ],
+    ),
+    # --- the engine died or stalled while serving
+    "v1 engine dead": (
+        kinds.ENGINE_DEAD,
+        lambda: (
+            v1_start()
+            + V1_SERVING
+            + [
+                error("async_llm.py:480", "AsyncLLM output_handler failed."),
+                error(
+                    "async_llm.py:480",
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an "
+                    "issue. See stack trace (above) for the root cause.",
+                ),
+            ]
+        ),
+    ),
+    "v0 background loop died": (
+        kinds.ENGINE_DEAD,
+        lambda: (
+            v0_start()
+            + V0_SERVING
+            + [
+                error(
+                    "serving_chat.py:521",
+                    "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has "
+                    "errored already.",
+                )
+            ]
+        ),
+    ),
+    "v0 engine iteration timeout": (
+        kinds.REQUEST_TIMEOUT,
+        lambda: (
+            v0_start()
+            + V0_SERVING
+            + [
+                error(
+                    "async_llm_engine.py:656",
+                    "Engine iteration timed out. This should never happen!",
+                )
+            ]
+        ),
+    ),
+    "client timeouts": (
+        kinds.REQUEST_TIMEOUT,
+        lambda: (
+            v1_start() + V1_SERVING + [error("-", "openai.APITimeoutError: Request timed out.")]
+        ),
+    ),
     # --- nothing recognised
     "healthy V1 start": (
         kinds.UNKNOWN,

@@ -3,14 +3,15 @@
 Order of precedence: an error vLLM raised on purpose (its own start-up checks) names itself; a
 CUDA out-of-memory error is placed at the start-up stage it happened in (traceback frames first,
 then the last progress line before it) unless another process visibly held the memory; then the
-host-RAM kills; then run-time preemption; a bare mention of "OOM" last.
+host-RAM kills; then, while serving, requests over max_model_len (HTTP 400), preemption, a dead
+engine and timeouts; a bare mention of "OOM" last.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.doctor import explain, kinds
+from kvwise.doctor import explain, kinds, runtime
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.parse import ParsedLog
 from kvwise.doctor.signals import (
@@ -47,7 +48,16 @@ class OtherProcess:
 
 
 def classify(parsed: ParsedLog) -> Diagnosis:
-    for check in (_startup_error, _cuda_oom, _host_ram, _preemption, _oom_mentioned):
+    for check in (
+        _startup_error,
+        _cuda_oom,
+        _host_ram,
+        _context_length,
+        _preemption,
+        _engine_dead,
+        _timeout,
+        _oom_mentioned,
+    ):
         diagnosis = check(parsed)
         if diagnosis is not None:
             return diagnosis
@@ -246,6 +256,31 @@ def _preemption(parsed: ParsedLog) -> Diagnosis | None:
     evidence = _lines(*hits[:2], *hits[-1:], full)
     anchor = evidence[-1].number if evidence else None
     return Diagnosis(kinds.PREEMPTION, explain.summarize_preemption(parsed), evidence, anchor)
+
+
+def _context_length(parsed: ParsedLog) -> Diagnosis | None:
+    hits = parsed.signals.get("context_length", ())
+    if not hits:
+        return None
+    evidence = _lines(hits[0], hits[-1])
+    summary = runtime.summarize_over_long(parsed)
+    return Diagnosis(kinds.CONTEXT_LENGTH, summary, evidence, hits[0].line.number)
+
+
+def _engine_dead(parsed: ParsedLog) -> Diagnosis | None:
+    hit = _first(parsed, "engine_dead")
+    if hit is None:
+        return None
+    summary = runtime.summarize_engine_dead(parsed)
+    return Diagnosis(kinds.ENGINE_DEAD, summary, _lines(hit), hit.line.number)
+
+
+def _timeout(parsed: ParsedLog) -> Diagnosis | None:
+    hits = parsed.signals.get("request_timeout", ())
+    if not hits:
+        return None
+    summary = runtime.summarize_timeout(parsed)
+    return Diagnosis(kinds.REQUEST_TIMEOUT, summary, _lines(hits[0]), hits[0].line.number)
 
 
 def _oom_mentioned(parsed: ParsedLog) -> Diagnosis | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose
 from kvwise.doctor.options import PRESCRIBERS, options_for
 from kvwise.doctor.parse import ParsedLog, parse_log
 from kvwise.doctor.resolve import Resolved, resolve
+from kvwise.doctor.runtime_options import REMEDIES
 from kvwise.doctor.text import read_log
 from kvwise.planner import Plan, plan
 
@@ -84,7 +86,11 @@ def prescribe(
         return None
     flags = parsed.flags(diagnosis.anchor)
     ctx = FixContext(diagnosis, parsed, flags, resolved.model, resolved.gpu, planner)
-    options = choose(ctx, prescriber(ctx), options_for) or combined_options(ctx)
+    options = choose(ctx, prescriber(ctx), options_for)
+    # while serving, vLLM had started: a planner that says it cannot is not the one to search
+    is_startup = diagnosis.kind not in kinds.RUNTIME_KINDS
+    if not options and is_startup:
+        options = combined_options(ctx)
     before = ctx.plan()
     notes = list(resolved.notes) if planner is not None else ["no planner available"]
     notes += _planner_disagrees(diagnosis.kind, before)
@@ -94,7 +100,7 @@ def prescribe(
         flags = _command_flags(parsed, diagnosis.anchor) | best.changes
         command = serve_command(resolved.model_name, flags)
     advice = best.reason if best else explain.ADVICE.get(diagnosis.kind, "")
-    if best is None and ctx.can_plan and ctx.reproduces:
+    if best is None and is_startup and ctx.can_plan and ctx.reproduces:
         advice = beyond_the_knobs(ctx)
     return Prescription(
         options=tuple(options),
@@ -102,7 +108,13 @@ def prescribe(
         command=command,
         advice=advice,
         notes=tuple(dict.fromkeys(notes + ctx.notes)),
+        remedies=tuple(remedy(parsed) for remedy in _remedies(diagnosis.kind)),
     )
+
+
+def _remedies(kind: str) -> list[Callable[[ParsedLog], str]]:
+    remedy = REMEDIES.get(kind)
+    return [] if remedy is None else [remedy]
 
 
 def _planner_disagrees(kind: str, before: Plan | None) -> list[str]:
@@ -124,13 +136,11 @@ def _planner_disagrees(kind: str, before: Plan | None) -> list[str]:
 
 
 # kinds where vLLM failed to start: a planner that predicts a start disagrees with the log
-_STARTUP_FAILURES = frozenset(kinds.ALL_KINDS) - {
-    kinds.PREEMPTION,
-    kinds.CUDA_OOM_RUNTIME,
-    kinds.CUDA_OOM,
-    kinds.HOST_RAM,
-    kinds.UNKNOWN,
-}
+_STARTUP_FAILURES = (
+    frozenset(kinds.ALL_KINDS)
+    - kinds.RUNTIME_KINDS
+    - {kinds.CUDA_OOM, kinds.HOST_RAM, kinds.UNKNOWN}
+)
 
 
 def _command_flags(parsed: ParsedLog, anchor: int | None) -> dict[str, Any]:
@@ -185,5 +195,6 @@ def fix_json(prescription: Prescription) -> dict[str, Any]:
             }
             for o in prescription.options[1:]
         ],
+        "remedies": list(prescription.remedies),
         "notes": list(prescription.notes),
     }

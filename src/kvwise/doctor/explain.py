@@ -371,6 +371,21 @@ ADVICE = {
         "grow the KV pool (--kv-cache-dtype fp8, a higher --gpu-memory-utilization) or admit "
         "fewer requests at once (--max-num-seqs, or kvwise serve's KV-token admission)"
     ),
+    kinds.CONTEXT_LENGTH: (
+        "trim the history each request carries to fit max_model_len, ask for fewer completion "
+        "tokens, or raise --max-model-len where the model and the GPU hold it (kvwise plan "
+        "says)"
+    ),
+    kinds.ENGINE_DEAD: (
+        "the cause is the first traceback above the first EngineDeadError: run kvwise doctor "
+        "on the whole log from start-up; a CUDA out-of-memory error while serving is fixed by "
+        "a little less --gpu-memory-utilization or --max-num-batched-tokens"
+    ),
+    kinds.REQUEST_TIMEOUT: (
+        "admit fewer requests at once (--max-num-seqs) or grow the KV pool, so that requests "
+        "do not wait or get preempted past the client's timeout; for the engine's own "
+        "watchdog, look for the step that hung (a huge prefill, a stuck collective)"
+    ),
     kinds.CUDA_OOM: (
         "the log does not show where memory ran out: run `kvwise doctor` on the whole log from "
         "start-up (vLLM's memory lines and the traceback), and `kvwise plan` with the same flags "

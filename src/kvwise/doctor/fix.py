@@ -156,6 +156,7 @@ class Prescription:
     command: str | None  # `vllm serve MODEL ...` with the fix; None without a change or a model
     advice: str  # what to do, in words (the best option's reason, or advice no flag can carry)
     notes: tuple[str, ...]
+    remedies: tuple[str, ...] = ()  # what no vLLM flag carries (the gateway in front of vLLM)
 
     @property
     def best(self) -> Option | None:

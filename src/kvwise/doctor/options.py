@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvwise.doctor import explain, kinds, oom_options
+from kvwise.doctor import explain, kinds, oom_options, runtime_options
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import MAX_SAFE_UTILIZATION, FixContext, Option
 from kvwise.doctor.levers import (
@@ -314,6 +314,10 @@ PRESCRIBERS: dict[str, Callable[[FixContext], list[Option]]] = {
     kinds.HOST_RAM: host_ram_options,
     kinds.PREEMPTION: preemption_options,
     kinds.CUDA_OOM: oom_options.unlocalised_oom_options,
+    kinds.CONTEXT_LENGTH: runtime_options.context_length_options,
+    kinds.ENGINE_DEAD: oom_options.unlocalised_oom_options,  # advice only: the cause is above
+    # advice only: KV pressure behind timeouts shows as preemption, which is classified first
+    kinds.REQUEST_TIMEOUT: oom_options.unlocalised_oom_options,
 }
 
 

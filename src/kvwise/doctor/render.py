@@ -77,6 +77,8 @@ def _fix_parts(report: Report) -> list[Any]:
         parts.append(Text("  " + flags_text(best.changes), style="bold cyan"))
     for option in prescription.options[1:]:
         parts.append(Text(f"  or: {option.reason}", style="dim"))
+    for remedy in prescription.remedies:
+        parts.append(Text(f"  {remedy}", style="dim"))
     for note in prescription.notes:
         parts.append(Text(f"  note: {note}", style="yellow"))
     return parts
