@@ -1,6 +1,7 @@
 """What `kvwise doctor` prints, for every log of the corpus: never a placeholder, always the model.
 
-Every case of `cases.py` (in two paste styles) and every record of the validation set is
+Every case of `cases.py` (in two paste styles), every record of the validation set and every
+traceback of `issue_logs.py` is
 diagnosed with and without `--model`/`--gpu`, rendered as the terminal shows it and as JSON, and
 the prose is scanned for what a placeholder looks like: a lone `?`, `None`, `nan`, `<MODEL>`.
 The lines the doctor quotes from the log as evidence are the log's own text and are not scanned.
@@ -20,6 +21,7 @@ from rich.console import Console
 from kvwise.doctor.diagnose import Report, diagnose
 from kvwise.doctor.render import render as show
 from tests.doctor.cases import CASES
+from tests.doctor.issue_logs import ISSUE_LOGS
 from tests.doctor.logs import MODEL, render
 from tests.doctor.records import load, pasted
 
@@ -37,6 +39,8 @@ def _corpus() -> Iterator[tuple[str, bytes]]:
         yield f"{name} (bare)", render(lines(), "bare")
     for record in load():
         yield record["id"], pasted(record)
+    for issue in ISSUE_LOGS:
+        yield issue.url, issue.text.encode()
 
 
 CORPUS = dict(_corpus())

@@ -122,7 +122,9 @@ def _explained(parsed: ParsedLog, kind: str, line: LogLine) -> Diagnosis:
     if other is not None and kind == kinds.INSUFFICIENT_FREE_MEMORY:
         summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB of it."
         evidence = _lines(*evidence, *other.lines)
-    return Diagnosis(kind, summary, evidence, anchor)
+    # vLLM's own OOM error at a stage: the sampler warm-up re-raises CUDA's with its message
+    stage = "sampler_warmup" if kind == kinds.CUDA_OOM_SAMPLER_WARMUP else None
+    return Diagnosis(kind, summary, evidence, anchor, stage)
 
 
 def _capitalized(text: str) -> str:

@@ -50,7 +50,8 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
             return load_model(candidate), None
         except UnsupportedModelError as exc:
             return None, f"model {candidate!r}: {str(exc).split(' (modelled:')[0]}"
-        except (KvwiseError, OSError):  # OSError: a "name" too long to be a path
+        except (KvwiseError, OSError, RuntimeError):
+            # OSError: a "name" too long to be a path; RuntimeError: `~name` with no such user
             continue
     close = closest_models(name.rstrip("/").rsplit("/", 1)[-1])
     hint = f"; closest catalog entries: {', '.join(close)}" if close else ""
@@ -63,7 +64,8 @@ def resolve_gpu(
     for name in names:
         try:
             spec = find_gpu(name)
-        except (KvwiseError, OSError):  # OSError: a "name" too long to be a path
+        except (KvwiseError, OSError, RuntimeError):
+            # OSError: a "name" too long to be a path; RuntimeError: `~name` with no such user
             continue
         if total_bytes:
             # the total CUDA reported on this machine beats the catalog's
