@@ -11,6 +11,7 @@ import pytest
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
+from kvwise.core.quant import parse_quantization
 from kvwise.doctor.diagnose import diagnose
 from kvwise.planner import plan
 from tests.doctor.test_output import CORPUS
@@ -93,3 +94,21 @@ def test_more_gpus_come_with_the_knob_they_need() -> None:
     assert _starts(
         model, "v100", **({"max_model_len": 32768, "gpu_memory_utilization": 0.95} | flags)
     )
+
+
+def test_a_smaller_checkpoint_is_planned_only_where_vllm_has_its_kernels() -> None:
+    model = "Qwen/Qwen2.5-7B-Instruct"
+    report = diagnose(_log(model, 32768, 0.95), gpu_hint="v100")
+    advice = report.prescription.advice
+    # a V100 (compute capability 7.0) runs GPTQ but not FP8 checkpoints (vLLM's hardware table)
+    assert "FP8 checkpoint" not in advice
+    assert "a 4-bit GPTQ checkpoint of this model starts on this GPU" in advice
+    gptq = parse_quantization({"quant_method": "gptq", "bits": 4, "group_size": 128}, model)
+    checked = plan(
+        load_model(model).with_quant(gptq),
+        find_gpu("v100"),
+        VllmFlags(max_model_len=32768, gpu_memory_utilization=0.95).validate(),
+        vllm_version="0.10.1.1",
+    )
+    assert checked.starts
+    assert f"{checked.kv.tokens:,} tokens" in advice

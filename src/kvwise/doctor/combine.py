@@ -9,9 +9,11 @@ would: the same flags over more GPUs, or a smaller checkpoint.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 from typing import Any
 
+from kvwise.core.quant import parse_quantization
 from kvwise.doctor.command import flags_text
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import FixContext, Option
@@ -100,16 +102,50 @@ def beyond_the_knobs(ctx: FixContext) -> str:
     more = _more_gpus(ctx)
     if more is not None:
         text += f"; what would: {more}"
-    before = ctx.plan()
-    quantized = ctx.model is None or ctx.model.quant is not None or ctx.flags.get("quantization")
-    if before is not None and ctx.model is not None and not quantized:
-        weights = before.memory.weights_bytes / GIB
-        text += (
-            f"; or a quantized checkpoint of this model (AWQ/GPTQ 4-bit or FP8) instead of its "
-            f"{weights:.1f} GiB of {ctx.model.dtype} weights per GPU: plan it with kvwise plan "
-            "before downloading it"
-        )
+    quantized = _quantized(ctx)
+    if quantized is not None:
+        text += f"; or {quantized}"
     return text
+
+
+# checkpoints of the same model with fewer weight bytes, as their config.json states them, and
+# the least compute capability vLLM runs them on (docs.vllm.ai, features/quantization/
+# supported_hardware, v0.9.2: FP8 through Marlin from Ampere 8.0, GPTQ from Volta 7.0)
+SMALLER_CHECKPOINTS: tuple[tuple[str, dict[str, Any], float], ...] = (
+    ("an FP8 checkpoint", {"quant_method": "fp8"}, 8.0),
+    ("a 4-bit GPTQ checkpoint", {"quant_method": "gptq", "bits": 4, "group_size": 128}, 7.0),
+)
+
+
+def _quantized(ctx: FixContext) -> str | None:
+    """The first smaller checkpoint of this model that starts here with the logged flags."""
+    model, before = ctx.model, ctx.plan()
+    if model is None or before is None or model.quant is not None or ctx.flags.get("quantization"):
+        return None
+    weights = before.memory.weights_bytes / GIB
+    capability = _capability(ctx)
+    for label, config, least in SMALLER_CHECKPOINTS:
+        if capability is None or capability < least:
+            continue  # vLLM has no kernel for it on this GPU
+        quant = parse_quantization(config, model.model_id)
+        plan = replace(ctx, model=model.with_quant(quant)).plan(quiet=True)
+        if plan is not None and plan.starts:
+            return (
+                f"{label} of this model starts on this GPU (weights "
+                f"{plan.memory.weights_bytes / GIB:.1f} GiB instead of {weights:.1f} GiB, KV "
+                f"cache {plan.memory.kv_cache_bytes / GIB:.2f} GiB, {plan.kv.tokens:,} tokens)"
+            )
+    return (
+        f"no quantized checkpoint of this model that vLLM runs on this GPU fits it either (its "
+        f"weights are {weights:.1f} GiB in {model.dtype} here)"
+    )
+
+
+def _capability(ctx: FixContext) -> float | None:
+    try:
+        return float(ctx.gpu.compute_capability) if ctx.gpu is not None else None
+    except (TypeError, ValueError):  # not an NVIDIA compute capability (AMD's gfx names)
+        return None
 
 
 def _more_gpus(ctx: FixContext) -> str | None:
