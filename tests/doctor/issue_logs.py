@@ -1,8 +1,10 @@
 """Out-of-memory tracebacks in the shapes public vLLM issues show, one per start-up stage.
 
 Each log is rebuilt from the issue it cites (process tags, vLLM's header, file paths, the
-frames of the traceback, PyTorch's message), trimmed to the lines that matter; the numbers are
-the issue's. The stage is what the traceback's frames (or the last progress line) show.
+frames of the traceback, PyTorch's message), trimmed to the lines that matter. PyTorch's figures
+are the issue's where its excerpt shows them (#14095, #15598, #7593's banner lines); elsewhere
+they are illustrative and consistent with vLLM alone on the card (total = free + this process).
+The stage is what the traceback's frames (or the last progress line) show.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def _v1_capture() -> str:
         p
         + " "
         + OOM.format(
-            tried="64.00 MiB", gpu=0, total="119.70 GiB", free="38.19 MiB", held="117.47 GiB"
+            tried="64.00 MiB", gpu=0, total="119.70 GiB", free="38.19 MiB", held="119.65 GiB"
         )
     )
     return "\n".join(lines)

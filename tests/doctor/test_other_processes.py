@@ -15,7 +15,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
 from kvwise.doctor import kinds
 from kvwise.doctor.diagnose import diagnose
-from kvwise.doctor.explain import torch_oom_others
+from kvwise.doctor.torch_oom import others as torch_oom_others
 from kvwise.planner import plan
 from tests.doctor.cases import CORE
 from tests.doctor.logs import MODEL, V1_CAPTURE, error, render, torch_oom, v1_kv, v1_start
@@ -107,3 +107,19 @@ def test_a_second_vllm_on_the_card_is_named_as_the_cause() -> None:
     assert "71.11 GiB" in report.diagnosis.summary
     assert report.resolved.gpu is not None
     assert abs(report.resolved.gpu.free_bytes / GIB - (79.22 - 71.11)) < 0.01
+
+
+def test_memory_no_listed_process_accounts_for_is_another_process() -> None:
+    # inside a container PyTorch cannot list the host's other processes; what the message
+    # leaves unaccounted (23.65 total - 0.59 free - 21.99 this process = 1.07 GiB) is theirs
+    report = diagnose(
+        _capture_oom("Including non-PyTorch memory, this process has 21.99 GiB memory in use."),
+        gpu_hint="rtx4090",
+    )
+    assert report.diagnosis.kind == kinds.ANOTHER_PROCESS
+    assert "no listed process accounts for" in report.diagnosis.summary
+    assert report.resolved.gpu is not None and report.resolved.gpu.free_bytes is not None
+    held_gib = TOTAL_GIB - report.resolved.gpu.free_bytes / GIB
+    assert abs(held_gib - (TOTAL_GIB - 605.88 / 1024 - 21.99)) < 0.01
+    util = report.prescription.best.changes["gpu_memory_utilization"]
+    assert util * TOTAL_GIB <= TOTAL_GIB - held_gib

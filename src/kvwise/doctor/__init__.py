@@ -15,6 +15,7 @@ Pipeline, one module per step:
     classify.py     the root cause (vocabulary in kinds.py) with the evidence lines
     explain.py      the summary sentence, with the log's numbers
     runtime.py      failures while serving: over-long requests (HTTP 400), a dead engine, timeouts
+    torch_oom.py    PyTorch's OOM message: sizes, the processes it names, what it leaves unaccounted
     resolve.py      model and GPU names -> specs for the planner (free memory: what others hold)
     fix.py, levers.py, options.py, oom_options.py, runtime_options.py
                     the smallest change that starts, valued from the log; every one re-planned

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.doctor import explain, kinds, runtime
+from kvwise.doctor import explain, kinds, runtime, torch_oom
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.parse import ParsedLog
 from kvwise.doctor.signals import (
@@ -29,6 +29,9 @@ OTHER_PROCESS_MIN_BYTES = 2 * GIB
 # ... and named in PyTorch's OOM message, this much makes it the cause (a desktop session's
 # Xorg holds a few hundred MiB; that still counts in the fix's free memory, not as the cause)
 OTHER_PROCESS_MIN_OOM_BYTES = GIB
+# memory PyTorch's OOM message leaves unaccounted (total - free - this process - named ones):
+# below this it is rounding of the figures it prints
+UNACCOUNTED_MIN_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -219,14 +222,21 @@ def _other_from_log(parsed: ParsedLog, anchor: int) -> OtherProcess | None:
 
 
 def oom_others(parsed: ParsedLog) -> OtherProcess | None:
-    """Other processes' memory named by the first PyTorch OOM message that names any."""
+    """Memory other processes hold, from the first PyTorch OOM message that shows any: the
+    pids it names, and what neither it nor this process accounts for (other containers)."""
     for hit in parsed.signals.get("cuda_oom", ()):
-        holders = explain.torch_oom_others(hit.line.message)
-        if holders:
-            held = int(sum(holders.values()))
-            pids = ", ".join(f"pid {pid}" for pid in holders)
-            plural = "processes" if len(holders) > 1 else "process"
-            return OtherProcess(held, f"another {plural} ({pids})", _lines(hit))
+        named = torch_oom.others(hit.line.message)
+        hidden = torch_oom.unaccounted(hit.line.message)
+        if not named and hidden < UNACCOUNTED_MIN_BYTES:
+            continue
+        who = [f"pid {pid}" for pid in named]
+        if hidden >= UNACCOUNTED_MIN_BYTES:
+            who.append(f"{hidden / GIB:.2f} GiB no listed process accounts for")
+            named = named | {0: hidden}
+        plural = "processes" if len(named) > 1 else "process"
+        return OtherProcess(
+            int(sum(named.values())), f"another {plural} ({', '.join(who)})", _lines(hit)
+        )
     return None
 
 

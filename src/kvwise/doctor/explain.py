@@ -25,12 +25,6 @@ _STATS = re.compile(
     r"Running: (?P<running>\d+) reqs,(?: Swapped: (?P<swapped>\d+) reqs,)? "
     r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
 )
-_TORCH_HOLDER = re.compile(r"Process (\d+) has (\d+(?:\.\d+)?) (GiB|MiB) memory in use")
-_TORCH_SELF = re.compile(r"this process has \d+(?:\.\d+)? (?:GiB|MiB|KiB|bytes) memory in use")
-_TORCH_SIZES = re.compile(
-    r"Tried to allocate (?P<tried>\d+(?:\.\d+)?) (?P<tried_unit>GiB|MiB|KiB|bytes)[^\n]*?"
-    r"of which (?P<free>\d+(?:\.\d+)?) (?P<free_unit>GiB|MiB|KiB|bytes) is free"
-)
 _EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|AssertionError)\b:?")
 
 
@@ -246,40 +240,6 @@ def running_at_full_kv(parsed: ParsedLog) -> int | None:
     line = full_kv_stats(parsed)
     match = None if line is None else _STATS.search(line.message)
     return None if match is None else int(match["running"])
-
-
-def torch_oom_sizes(message: str) -> tuple[float, float] | None:
-    """(bytes PyTorch tried to allocate, bytes free on the GPU) from its OOM message."""
-    match = _TORCH_SIZES.search(message)
-    if match is None:
-        return None
-    return _bytes(match["tried"], match["tried_unit"]), _bytes(match["free"], match["free_unit"])
-
-
-def _bytes(amount: str, unit: str) -> float:
-    return float(amount) * {"GiB": GIB, "MiB": 2**20, "KiB": 2**10}.get(unit, 1)
-
-
-def torch_oom_processes(message: str) -> dict[int, float]:
-    """PyTorch's OOM message lists every process holding memory on that GPU: pid -> bytes."""
-    return {int(pid): _bytes(amount, unit) for pid, amount, unit in _TORCH_HOLDER.findall(message)}
-
-
-def torch_oom_others(message: str) -> dict[int, float]:
-    """The processes other than the one that failed, from PyTorch's OOM message.
-
-    PyTorch names the failing process "this process" ("Including non-PyTorch memory, this
-    process has X memory in use") and every other one by pid. Where it cannot tell (inside a
-    container its own pid is not the host's), every holder is named by pid: then the largest
-    is taken to be vLLM itself and a lone one is vLLM alone.
-    """
-    holders = torch_oom_processes(message)
-    if _TORCH_SELF.search(message):
-        return holders
-    if len(holders) < 2:
-        return {}
-    largest = max(holders, key=lambda pid: holders[pid])
-    return {pid: held for pid, held in holders.items() if pid != largest}
 
 
 def looks_like_exception(message: str) -> bool:
