@@ -131,3 +131,20 @@ def test_client_timeouts_get_advice_not_a_guessed_flag() -> None:
     assert report.prescription.best is None
     assert "--max-num-seqs" in report.prescription.advice
     assert report.prescription.remedies
+
+
+def test_v1_stats_with_the_preemption_count() -> None:
+    # LoggingStatLogger.log (vllm/v1/metrics/loggers.py) adds "Preemptions: N" after the waiting
+    # count when the interval had any
+    lines = [
+        "(APIServer pid=1) INFO 11-02 10:00:00 [loggers.py:123] Engine 000: Avg prompt "
+        f"throughput: 0.0 tokens/s, Avg generation throughput: 200.1 tokens/s, Running: 12 reqs, "
+        f"Waiting: 30 reqs, Preemptions: {n}, GPU KV cache usage: 99.6%, Prefix cache hit rate: "
+        "40.2%"
+        for n in (4, 9)
+    ]
+    report = diagnose("\n".join(lines).encode(), gpu_hint="rtx4090")
+    assert report.diagnosis.kind == kinds.PREEMPTION
+    assert "(13 preemptions logged)" in report.diagnosis.summary
+    alternatives = [option.changes for option in report.prescription.options]
+    assert {"max_num_seqs": 11} in alternatives  # 12 ran when the KV cache filled up

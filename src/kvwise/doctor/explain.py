@@ -23,7 +23,8 @@ FIGURES_FOR_KIND = {
 }
 _STATS = re.compile(
     r"Running: (?P<running>\d+) reqs,(?: Swapped: (?P<swapped>\d+) reqs,)? "
-    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
+    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: [A-Za-z ]+: \d+,)*"  # V1: "Preemptions: 3,"
+    r"(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
 )
 _EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|AssertionError)\b:?")
 
@@ -220,10 +221,13 @@ def full_kv_stats(parsed: ParsedLog) -> LogLine | None:
 
 def summarize_preemption(parsed: ParsedLog) -> str:
     hits = parsed.signals.get("preemption", ())
-    counts = [
-        int(n) for h in hits for n in re.findall(r"cumulative_preemption=(\d+)", h.line.message)
-    ]
-    count = max(counts) if counts else len(hits) + parsed.log.middle_count("preempted_v0")
+    messages = [hit.line.message for hit in hits]
+    # V0's warning carries the running total; V1's stats line the count since the last line
+    totals = [int(n) for m in messages for n in re.findall(r"cumulative_preemption=(\d+)", m)]
+    per_interval = [int(n) for m in messages for n in re.findall(r"Preemptions: (\d+)", m)]
+    count = max(totals) if totals else sum(per_interval)
+    if not totals and not per_interval:
+        count = len(hits) + parsed.log.middle_count("preempted_v0")
     text = "vLLM started but ran out of KV cache while serving"
     if count:
         text += f" ({count:,} preemptions logged)"

@@ -280,7 +280,8 @@ def preemption_options(ctx: FixContext) -> list[Option]:
             "fewer at once queue instead of being preempted"
         )
         previous = {"max_num_seqs": ctx.resolved("max_num_seqs")}
-        options.append(Option({"max_num_seqs": running - 1}, reason, previous))
+        # the running count is vLLM's own stats line
+        options.append(Option({"max_num_seqs": running - 1}, reason, previous, from_log=True))
     return [o for o in options if o]
 
 

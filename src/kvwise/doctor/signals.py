@@ -84,6 +84,8 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"Preempt(?:ed|ing) request \S+",
         r"Aborted due to the lack of CPU swap space",  # V0: preempted by swap, swap space full
         r"vllm:num_preemptions(?:_total)?(?:\{[^}\n]*\})?\s+[1-9]\d*(?:\.\d+)?",
+        # V1's stats line adds "Preemptions: N" when there were any (v1/metrics/loggers.py)
+        r"reqs, Preemptions: [1-9]\d*",
     ),
     # a request longer than max_model_len, rejected with HTTP 400 (V0 and V1 OpenAI servers:
     # "you requested N tokens" <= 0.10, "your request has N input tokens" later) or by the
