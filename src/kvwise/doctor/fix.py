@@ -18,6 +18,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.doctor.classify import Diagnosis
+from kvwise.doctor.command import flags_text
 from kvwise.doctor.parse import ParsedLog
 from kvwise.errors import KvwiseError
 from kvwise.planner.result import Plan
@@ -110,9 +111,8 @@ class FixContext:
         except (KvwiseError, ValueError, ArithmeticError) as exc:
             if quiet:
                 return None
-            self.notes.append(
-                f"the planner could not evaluate {changes or 'the logged flags'}: {exc}"
-            )
+            what = flags_text(changes) if changes else "the logged flags"
+            self.notes.append(f"the planner could not evaluate {what}: {exc}")
             return None
 
     @property
