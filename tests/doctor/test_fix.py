@@ -7,10 +7,12 @@ names are passed the way a user passes `--model`/`--gpu` when the excerpt lacks 
 from __future__ import annotations
 
 from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
 from kvwise.doctor import kinds
 from kvwise.doctor.command import flags_text, serve_command
 from kvwise.doctor.diagnose import diagnose
+from kvwise.planner import plan
 from tests.doctor.logs import (
     MODEL,
     V1_SERVING,
@@ -219,3 +221,34 @@ def test_serve_command_spelling() -> None:
     assert flags_text({"max_model_len": -1, "kv_cache_dtype": "fp8"}) == (
         "--max-model-len auto --kv-cache-dtype fp8"
     )
+
+
+def test_a_utilization_that_would_oom_in_the_sampler_warm_up_is_not_prescribed_alone() -> None:
+    # 1.90 GiB needed, 1.60 available: 0.9 -> 0.93 covers the KV cache, but at 0.93 the sampler
+    # warm-up (outside the budget) no longer fits on the 4090; the planner says so
+    lines = [
+        *v1_start("0.10.1.1", max_model_len=32768, util=0.9),
+        info("gpu_worker.py:276", "Available KV cache memory: 1.60 GiB"),
+        error(
+            "core.py:700",
+            "ValueError: To serve at least one request with the model's max seq len (32768), "
+            "(1.90 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(1.60 GiB). Based on the available memory, the estimated maximum model length is "
+            "29952.",
+        ),
+    ]
+    report = diagnose(render(lines), gpu_hint="rtx4090")
+    model, gpu = load_model(MODEL), find_gpu("rtx4090")
+    alone = plan(
+        model,
+        gpu,
+        VllmFlags(max_model_len=32768, gpu_memory_utilization=0.93).validate(),
+        vllm_version="0.10.1.1",
+    )
+    assert alone.error is not None and alone.error.kind == kinds.CUDA_OOM_SAMPLER_WARMUP
+    options = report.prescription.options
+    assert all(option.plan is not None and option.plan.starts for option in options)
+    assert {"gpu_memory_utilization": 0.93} not in [option.changes for option in options]
+    paired = next(o for o in options if "gpu_memory_utilization" in o.changes)
+    assert "max_num_seqs" in paired.changes  # the warm-up's size comes down with it
+    assert "the planner predicts cuda_oom_sampler_warmup" in paired.reason
