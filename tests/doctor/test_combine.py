@@ -12,6 +12,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import find_gpu
 from kvwise.core.quant import parse_quantization
+from kvwise.doctor.command import flags_text
 from kvwise.doctor.diagnose import diagnose
 from kvwise.planner import plan
 from tests.doctor.test_output import CORPUS
@@ -58,14 +59,15 @@ def test_when_no_single_change_starts_the_smallest_combination_is_prescribed() -
     model = "meta-llama/Llama-3.1-8B-Instruct"
     report = diagnose(_log(model, 131072, 0.95), gpu_hint="rtx4090")
     best = report.prescription.best
-    assert best is not None and set(best.changes) == {"enforce_eager", "max_model_len"}
+    assert best is not None and len(best.changes) >= 2  # (enforce_eager, max_model_len) today
     logged = {"max_model_len": 131072, "gpu_memory_utilization": 0.95}
     assert _starts(model, "rtx4090", **(logged | best.changes))
     for name, value in best.changes.items():  # neither part alone starts
         assert not _starts(model, "rtx4090", **(logged | {name: value}))
     assert "no single change starts it" in best.reason
     assert report.prescription.command is not None
-    assert "--enforce-eager" in report.prescription.command
+    for word in flags_text(best.changes).split():
+        assert word in report.prescription.command
 
 
 def test_when_nothing_within_the_knobs_starts_it_says_so_and_what_would() -> None:
