@@ -84,9 +84,10 @@ def test_when_nothing_within_the_knobs_starts_it_says_so_and_what_would() -> Non
 
 def test_more_gpus_come_with_the_knob_they_need() -> None:
     model = "Qwen/Qwen2.5-7B-Instruct"  # 14.2 GiB of weights on a 15.8 GiB V100 at 0.95
-    report = diagnose(_log(model, 32768, 0.95), gpu_hint="v100")
+    report = diagnose(_log(model, 32768, 0.95), gpu_hint="v100-16gb")
     advice = report.prescription.advice
-    assert "starts it on V100 16GB" in advice
+    assert report.resolved.gpu is not None
+    assert f"starts it on {report.resolved.gpu.name}" in advice
     what = advice.split("what would: ", 1)[1].split(" over ", 1)[0].split()
     flags = {
         name.lstrip("-").replace("-", "_"): float(value) if "." in value else int(value)
@@ -94,13 +95,13 @@ def test_more_gpus_come_with_the_knob_they_need() -> None:
     }
     assert flags["tensor_parallel_size"] == 2
     assert _starts(
-        model, "v100", **({"max_model_len": 32768, "gpu_memory_utilization": 0.95} | flags)
+        model, "v100-16gb", **({"max_model_len": 32768, "gpu_memory_utilization": 0.95} | flags)
     )
 
 
 def test_a_smaller_checkpoint_is_planned_only_where_vllm_has_its_kernels() -> None:
     model = "Qwen/Qwen2.5-7B-Instruct"
-    report = diagnose(_log(model, 32768, 0.95), gpu_hint="v100")
+    report = diagnose(_log(model, 32768, 0.95), gpu_hint="v100-16gb")
     advice = report.prescription.advice
     # a V100 (compute capability 7.0) runs GPTQ but not FP8 checkpoints (vLLM's hardware table)
     assert "FP8 checkpoint" not in advice
@@ -108,7 +109,7 @@ def test_a_smaller_checkpoint_is_planned_only_where_vllm_has_its_kernels() -> No
     gptq = parse_quantization({"quant_method": "gptq", "bits": 4, "group_size": 128}, model)
     checked = plan(
         load_model(model).with_quant(gptq),
-        find_gpu("v100"),
+        find_gpu("v100-16gb"),
         VllmFlags(max_model_len=32768, gpu_memory_utilization=0.95).validate(),
         vllm_version="0.10.1.1",
     )

@@ -33,7 +33,7 @@ def resolve(
     gpu_hint: str | None = None,
 ) -> Resolved:
     model, model_note = resolve_model(model_hint or model_name)
-    gpu, gpu_note = resolve_gpu(((gpu_hint,) if gpu_hint else ()) + gpu_names, total_bytes)
+    gpu, gpu_note = resolve_gpu(gpu_names, total_bytes, gpu_hint)
     if gpu is not None and free_bytes is not None:
         gpu = replace(gpu, free_bytes=int(free_bytes))  # another process's share is not free
     notes = tuple(n for n in (model_note, gpu_note) if n)
@@ -59,13 +59,15 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
 
 
 def resolve_gpu(
-    names: tuple[str, ...], total_bytes: float | None
+    names: tuple[str, ...], total_bytes: float | None, hint: str | None = None
 ) -> tuple[GpuSpec | None, str | None]:
-    for name in names:
+    """The first name the catalog knows (`hint`, the user's --gpu, first); why not, if none."""
+    refused: dict[str, str] = {}
+    for name in ((hint,) if hint else ()) + names:
         try:
             spec = find_gpu(name)
-        except (KvwiseError, OSError, RuntimeError):
-            # OSError: a "name" too long to be a path; RuntimeError: `~name` with no such user
+        except KvwiseError as exc:
+            refused.setdefault(name, str(exc))
             continue
         if total_bytes:
             # the total CUDA reported on this machine beats the catalog's
@@ -73,4 +75,6 @@ def resolve_gpu(
         return spec, None
     if total_bytes:
         return custom_gpu(total_bytes / GIB), None
+    if hint:  # the user named a GPU the catalog does not take as it is: say why
+        return None, f"--gpu {hint}: {refused[hint]}"
     return None, "the log names no GPU and no total GPU memory (pass --gpu)"
