@@ -19,6 +19,7 @@ from kvwise.doctor.torch_oom import others as torch_oom_others
 from kvwise.planner import plan
 from tests.doctor.cases import CORE
 from tests.doctor.logs import MODEL, V1_CAPTURE, error, render, torch_oom, v1_kv, v1_start
+from tests.doctor.test_output import CORPUS
 
 TOTAL_GIB = 23.65  # "GPU 0 has a total capacity of 23.65 GiB" (torch_oom)
 
@@ -123,3 +124,17 @@ def test_memory_no_listed_process_accounts_for_is_another_process() -> None:
     assert abs(held_gib - (TOTAL_GIB - 605.88 / 1024 - 21.99)) < 0.01
     util = report.prescription.best.changes["gpu_memory_utilization"]
     assert util * TOTAL_GIB <= TOTAL_GIB - held_gib
+
+
+def test_the_fix_for_another_process_never_raises_the_utilization() -> None:
+    checked = 0
+    for data in CORPUS.values():
+        report = diagnose(data, model_hint=MODEL, gpu_hint="rtx4090")
+        if report.diagnosis.kind != kinds.ANOTHER_PROCESS or report.prescription is None:
+            continue
+        logged = report.parsed.flags(report.diagnosis.anchor).get("gpu_memory_utilization", 0.9)
+        for option in report.prescription.options:
+            new = option.changes.get("gpu_memory_utilization")
+            assert new is None or new < logged, (option.reason, logged)
+        checked += 1
+    assert checked >= 4

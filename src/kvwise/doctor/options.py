@@ -179,8 +179,9 @@ def free_memory_options(ctx: FixContext) -> list[Option]:
 
     vLLM checks the budget (utilization x total) against the free memory; what it puts outside
     the budget (CUDA graphs, the sampler warm-up) must fit in what is left. So the largest
-    utilization up to 1% below the free share that the planner says starts, with the free
-    memory set; if none starts alone, the same with the longest max_model_len that fits.
+    utilization up to 1% below the free share (and below the logged one) that the planner says
+    starts, with the free memory set; if none starts alone, the same with the longest
+    max_model_len that fits.
     """
     free, total, util = _free_for_vllm(ctx), gpu_total(ctx), logged_util(ctx)
     if free is None and util is not None:
@@ -191,20 +192,31 @@ def free_memory_options(ctx: FixContext) -> list[Option]:
     if free is None or total is None:
         return []
     ceiling = floor2(free / total - 0.01)  # 1% below what was free, for what moves meanwhile
+    if util is not None:
+        ceiling = min(ceiling, round(util - 0.01, 2))  # a lower budget than the one that failed
     why = f"{gib(free)} of {gib(total)} was free at start-up"
     if ctx.figure("free_at_startup_bytes") is None:
         why = f"other processes hold {gib(total - free)}, leaving {gib(free)} of {gib(total)}"
-    previous = {"gpu_memory_utilization": util, "max_model_len": ctx.resolved("max_model_len")}
     if not ctx.can_plan:
         reason = f"{_util_words(util, ceiling)}: {why}"
+        previous = {"gpu_memory_utilization": util}
         return [Option({"gpu_memory_utilization": ceiling}, reason, previous, from_log=True)]
+    return _fits_beside(ctx, ceiling, why)
+
+
+def _fits_beside(ctx: FixContext, ceiling: float, why: str) -> list[Option]:
+    """The planner's largest utilization at or below `ceiling` that starts (alone, else with
+    the longest max_model_len that fits the smaller KV cache)."""
+    util = logged_util(ctx)
+    previous = {"gpu_memory_utilization": util, "max_model_len": ctx.resolved("max_model_len")}
     floor = max(0.3, ceiling - MAX_UTIL_STEPS / 100)
     candidates = [round(ceiling - step / 100, 2) for step in range(MAX_UTIL_STEPS + 1)]
-    for new in (u for u in candidates if u >= floor):
+    candidates = [u for u in candidates if u >= floor]
+    for new in candidates:
         if ctx.starts({"gpu_memory_utilization": new}):
             reason = f"{_util_words(util, new)}: {why}, and the planner says it starts"
             return [Option({"gpu_memory_utilization": new}, reason, previous)]
-    for new in (u for u in candidates if u >= floor):
+    for new in candidates:
         length = _length_at(ctx, {"gpu_memory_utilization": new})
         if length is not None:
             changes = {"gpu_memory_utilization": new, "max_model_len": length}
