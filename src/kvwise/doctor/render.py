@@ -24,7 +24,9 @@ def render(report: Report, console: Console) -> None:
     parts: list[Any] = [Text(data["summary"])]
     if data["evidence"]:
         parts += [Text("\nEvidence", style="bold"), *(_evidence(line) for line in data["evidence"])]
-    parts += [Text(""), _parsed_table(data["parsed"])]
+    table = _parsed_table(data["parsed"])
+    if table.row_count:  # nothing read (a client's error alone): no empty table
+        parts += [Text(""), table]
     if report.prescription is not None:
         parts += _fix_parts(report)
     style = "green" if data["kind"] == "unknown" else "red"
