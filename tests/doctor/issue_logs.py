@@ -238,6 +238,56 @@ def _v0_load_model() -> str:
     return "\n".join(lines)
 
 
+def _v1_kv_allocation_rocm() -> str:
+    # https://github.com/lemonade-sdk/vllm-rocm/issues/5 (V1 on ROCm, gfx1151, its launcher's
+    # own prefix): initialize_from_config -> initialize_kv_cache -> initialize_kv_cache_tensors
+    p = "2026-05-08 11:50:14.753 [Info] (Process) (EngineCore pid=3043)"
+    site = "/var/lib/lemonade/.cache/lemonade/bin/vllm/rocm/lib/python3.12/site-packages/vllm"
+    lines = _frames(
+        p,
+        [
+            (f"{site}/v1/engine/core.py", "_initialize_kv_caches"),
+            (f"{site}/v1/executor/abstract.py", "initialize_from_config"),
+            (f"{site}/tracing/otel.py", "sync_wrapper"),
+            (f"{site}/v1/worker/gpu_worker.py", "initialize_from_config"),
+            (f"{site}/v1/worker/gpu_model_runner.py", "initialize_kv_cache"),
+            (f"{site}/v1/worker/gpu_model_runner.py", "initialize_kv_cache_tensors"),
+        ],
+    )
+    lines.append(
+        f"{p} torch.OutOfMemoryError: HIP out of memory. Tried to allocate 24.00 GiB. GPU 0 has "
+        "a total capacity of 64.00 GiB of which 20.12 GiB is free. Including non-PyTorch "
+        "memory, this process has 43.87 GiB memory in use."
+    )
+    return "\n".join(lines)
+
+
+def _v0_capture_from_initialize_cache() -> str:
+    # https://github.com/vllm-project/vllm/issues/22624 (V0, speculative decoding on an A800):
+    # initialize_cache -> _warm_up_model -> capture_model; the capture is the stage
+    p = "ERROR 08-11 15:39:04 [engine.py:448]"
+    site = "/root/miniforge3/envs/vllm_infer/lib/python3.9/site-packages/vllm"
+    lines = _frames(
+        p,
+        [
+            (f"{site}/utils.py", "run_method"),
+            (f"{site}/spec_decode/spec_decode_worker.py", "initialize_cache"),
+            (f"{site}/worker/worker_base.py", "initialize_cache"),
+            (f"{site}/worker/worker.py", "initialize_cache"),
+            (f"{site}/worker/worker.py", "_warm_up_model"),
+            (f"{site}/worker/model_runner.py", "capture_model"),
+        ],
+    )
+    lines.append(
+        p
+        + " "
+        + OOM.format(
+            tried="64.00 MiB", gpu=0, total="79.33 GiB", free="10.81 MiB", held="79.31 GiB"
+        )
+    )
+    return "\n".join(lines)
+
+
 ISSUE_LOGS = (
     IssueLog(
         "https://github.com/vllm-project/vllm/issues/14452",
@@ -268,6 +318,18 @@ ISSUE_LOGS = (
         "cuda_oom_kv_cache_allocation",
         "kv_cache_allocation",
         _v0_kv_allocation(),
+    ),
+    IssueLog(
+        "https://github.com/lemonade-sdk/vllm-rocm/issues/5",
+        "cuda_oom_kv_cache_allocation",
+        "kv_cache_allocation",
+        _v1_kv_allocation_rocm(),
+    ),
+    IssueLog(
+        "https://github.com/vllm-project/vllm/issues/22624",
+        "cuda_oom_cuda_graph_capture",
+        "cuda_graph_capture",
+        _v0_capture_from_initialize_cache(),
     ),
     IssueLog(
         "https://github.com/vllm-project/vllm/issues/17631",
