@@ -43,6 +43,8 @@ def combined_options(ctx: FixContext) -> list[Option]:
             continue
         for number in _one_number(base):
             found.append(_option(ctx, toggles | number))
+    has_single = any(len(option.changes) == 1 for option in found)
+    found = [_worded(option, has_single) for option in found]
     return sorted(found, key=lambda option: option.cost)[:MAX_KEPT]
 
 
@@ -71,11 +73,18 @@ def _one_number(ctx: FixContext) -> list[dict[str, Any]]:
 def _option(ctx: FixContext, changes: dict[str, Any]) -> Option:
     previous = {name: ctx.resolved(name) for name in changes}
     words = [_change_words(name, value, previous[name]) for name, value in changes.items()]
-    if len(words) == 1:
-        reason = f"{words[0]}: the planner's smallest change that starts it"
+    return Option(changes, " with ".join(words), previous, plan=ctx.plan(changes))
+
+
+def _worded(option: Option, has_single: bool) -> Option:
+    """The reason, once it is known whether any single change starts it too."""
+    if len(option.changes) == 1:
+        why = "the planner's smallest change that starts it"
+    elif has_single:
+        why = "a smaller change than any single one that starts it (the planner's)"
     else:
-        reason = f"{' with '.join(words)}: no single change starts it, this combination does"
-    return Option(changes, reason, previous, plan=ctx.plan(changes))
+        why = "no single change starts it, this combination does"
+    return replace(option, reason=f"{option.reason}: {why}")
 
 
 def _change_words(name: str, value: Any, old: Any) -> str:
