@@ -43,6 +43,34 @@ def test_each_wording_gives_the_limit_and_the_request(
     assert (found.limit, found.requested) == (limit, requested)
 
 
+@pytest.mark.parametrize(
+    ("message", "limit", "requested"),
+    [
+        # the OpenAI server's check on prompt + max_tokens in later releases
+        (
+            "This model's maximum context length is 32768 tokens. However, you requested 4000 "
+            "output tokens and your prompt contains at least 30001 input tokens, for a total of "
+            "at least 34001 tokens. Please reduce the length of the input prompt or the number "
+            "of requested output tokens.",
+            32768,
+            34001,
+        ),
+        # V0 engine's warning for a prompt over the limit (the request is then ignored)
+        (
+            "WARNING 05-01 10:00:00 llm_engine.py:1234] Input prompt (33000 tokens) is too long "
+            "and exceeds limit of 32768",
+            32768,
+            33000,
+        ),
+    ],
+)
+def test_other_wordings(message: str, limit: int, requested: int) -> None:
+    parsed = parse_log(read_log(message.encode()))
+    found = over_long(parsed)
+    assert found is not None and (found.limit, found.requested) == (limit, requested)
+    assert diagnose(message.encode()).diagnosis.kind == kinds.CONTEXT_LENGTH
+
+
 def _over_long_log(limit: int, *requests: int, port_line: str = "") -> bytes:
     lines = [
         "INFO 08-29 02:00:00 [api_server.py:1805] vLLM API server version 0.10.1.1",
