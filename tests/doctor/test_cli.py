@@ -59,7 +59,7 @@ def test_stdin_and_the_human_panel() -> None:
         [*v1_start(), error("core.py:700", "ValueError: No available memory for the cache blocks.")]
     )
     done = subprocess.run(
-        [sys.executable, "-m", "kvwise.cli", "doctor", "-"],
+        [sys.executable, "-m", "kvwise.cli", "doctor", "-", "--gpu", "rtx4090"],
         input=log,
         capture_output=True,
         timeout=60,
@@ -92,3 +92,18 @@ def test_version_hint_fills_in_only_what_the_log_lacks(
     logged = _write(tmp_path, "v.log", render(v1_start("0.10.1.1")))
     assert main(["doctor", str(logged), "--json", "--vllm-version", "0.8.1"]) == 0
     assert json.loads(capsys.readouterr().out)["parsed"]["vllm_version"] == "0.10.1.1"
+
+
+def test_a_runtime_400_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = _write(
+        tmp_path,
+        "agent.log",
+        b"openai.BadRequestError: Error code: 400 - {'message': \"This model's maximum context "
+        b"length is 32768 tokens. However, your request has 40000 input tokens. Please reduce "
+        b'the length of the input messages."}\n',
+    )
+    assert main(["doctor", str(log), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kind"] == "context_length_exceeded"
+    assert data["fix"]["command"] is None  # no model named: no `vllm serve` line to print
+    assert "--session-history" in data["fix"]["remedies"][0]

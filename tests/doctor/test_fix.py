@@ -7,10 +7,12 @@ names are passed the way a user passes `--model`/`--gpu` when the excerpt lacks 
 from __future__ import annotations
 
 from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
 from kvwise.doctor import kinds
+from kvwise.doctor.command import flags_text, serve_command
 from kvwise.doctor.diagnose import diagnose
-from kvwise.doctor.fix import serve_command
+from kvwise.planner import plan
 from tests.doctor.logs import (
     MODEL,
     V1_SERVING,
@@ -50,14 +52,34 @@ def test_a_fix_the_planner_completes_with_a_second_change() -> None:
     assert "--tensor-parallel-size 2" in report.prescription.command
 
 
+# the command of llmd-codellama-34b-h100-tp2-freemem-fail, from the record's fields (the excerpt
+# holds only the error): a user pastes it with the log
+CODELLAMA_COMMAND = (
+    b"vllm serve codellama/CodeLlama-34b-hf --tensor-parallel-size 2 --max-model-len 8192 "
+    b"--gpu-memory-utilization 0.95\n"
+)
+
+
 def test_free_memory_fix_fits_what_was_free() -> None:
     record = by_id("llmd-codellama-34b-h100-tp2-freemem-fail")
-    report = diagnose(pasted(record), gpu_hint="h100", model_hint=record["model"])
+    report = diagnose(CODELLAMA_COMMAND + pasted(record), gpu_hint="h100")
     assert report.diagnosis.kind == kinds.INSUFFICIENT_FREE_MEMORY
     util = report.prescription.best.changes["gpu_memory_utilization"]
     assert util * 79.19 <= 60.87  # "Free memory on device cuda:1 (60.87/79.19 GiB)"
     assert report.prescription.best.plan is not None
     assert report.prescription.best.plan.starts
+    assert report.prescription.command == (
+        "vllm serve codellama/CodeLlama-34b-hf --tensor-parallel-size 2 --max-model-len 8192 "
+        f"--gpu-memory-utilization {util:g}"
+    )
+
+
+def test_free_memory_without_the_layout_says_what_would_start() -> None:
+    # the error alone: the planner sees one GPU, where 62.9 GiB of weights do not fit 60.87 free
+    record = by_id("llmd-codellama-34b-h100-tp2-freemem-fail")
+    report = diagnose(pasted(record), gpu_hint="h100", model_hint=record["model"])
+    assert report.prescription.best is None
+    assert "what would: --tensor-parallel-size 2" in report.prescription.advice
 
 
 def test_when_the_planner_cannot_reproduce_the_failure_it_does_not_pick_the_value() -> None:
@@ -196,4 +218,37 @@ def test_serve_command_spelling() -> None:
         "vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
         "--enforce-eager --no-enable-prefix-caching --kv-cache-memory-bytes 8G"
     )
-    assert serve_command(None, {}) == "vllm serve <MODEL>"
+    assert flags_text({"max_model_len": -1, "kv_cache_dtype": "fp8"}) == (
+        "--max-model-len auto --kv-cache-dtype fp8"
+    )
+
+
+def test_a_utilization_that_would_oom_in_the_sampler_warm_up_is_not_prescribed_alone() -> None:
+    # 1.90 GiB needed, 1.60 available: 0.9 -> 0.93 covers the KV cache, but at 0.93 the sampler
+    # warm-up (outside the budget) no longer fits on the 4090; the planner says so
+    lines = [
+        *v1_start("0.10.1.1", max_model_len=32768, util=0.9),
+        info("gpu_worker.py:276", "Available KV cache memory: 1.60 GiB"),
+        error(
+            "core.py:700",
+            "ValueError: To serve at least one request with the model's max seq len (32768), "
+            "(1.90 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(1.60 GiB). Based on the available memory, the estimated maximum model length is "
+            "29952.",
+        ),
+    ]
+    report = diagnose(render(lines), gpu_hint="rtx4090")
+    model, gpu = load_model(MODEL), find_gpu("rtx4090")
+    alone = plan(
+        model,
+        gpu,
+        VllmFlags(max_model_len=32768, gpu_memory_utilization=0.93).validate(),
+        vllm_version="0.10.1.1",
+    )
+    assert alone.error is not None and alone.error.kind == kinds.CUDA_OOM_SAMPLER_WARMUP
+    options = report.prescription.options
+    assert all(option.plan is not None and option.plan.starts for option in options)
+    assert {"gpu_memory_utilization": 0.93} not in [option.changes for option in options]
+    paired = next(o for o in options if "gpu_memory_utilization" in o.changes)
+    assert "max_num_seqs" in paired.changes  # the warm-up's size comes down with it
+    assert "the planner predicts cuda_oom_sampler_warmup" in paired.reason

@@ -14,9 +14,13 @@ Pipeline, one module per step:
     parse.py        all of the above for one log: ParsedLog
     classify.py     the root cause (vocabulary in kinds.py) with the evidence lines
     explain.py      the summary sentence, with the log's numbers
-    resolve.py      model and GPU names -> specs for the planner
-    fix.py, levers.py, options.py, oom_options.py
-                    the smallest change that starts, valued from the log and the planner
+    runtime.py      failures while serving: over-long requests (HTTP 400), a dead engine, timeouts
+    torch_oom.py    PyTorch's OOM message: sizes, the processes it names, what it leaves unaccounted
+    resolve.py      model and GPU names -> specs for the planner (free memory: what others hold)
+    fix.py, levers.py, options.py, oom_options.py, runtime_options.py
+                    the smallest change that starts, valued from the log; every one re-planned
+    combine.py      no single change starts: the smallest combination, else what would
+    command.py      the `vllm serve` command of a fix (never a placeholder)
     diagnose.py     the whole pipeline and its JSON; render.py the Rich view; cli.py the command
 
 The dataset's failure kinds map onto the doctor's as `kinds.DATASET_KINDS` documents.

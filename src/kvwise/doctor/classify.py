@@ -3,14 +3,15 @@
 Order of precedence: an error vLLM raised on purpose (its own start-up checks) names itself; a
 CUDA out-of-memory error is placed at the start-up stage it happened in (traceback frames first,
 then the last progress line before it) unless another process visibly held the memory; then the
-host-RAM kills; then run-time preemption; a bare mention of "OOM" last.
+host-RAM kills; then, while serving, requests over max_model_len (HTTP 400), preemption, a dead
+engine and timeouts; a bare mention of "OOM" last.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvwise.doctor import explain, kinds
+from kvwise.doctor import explain, kinds, runtime, torch_oom
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.parse import ParsedLog
 from kvwise.doctor.signals import (
@@ -25,6 +26,12 @@ from kvwise.doctor.text import LogLine
 
 # a GPU holding this much before vLLM starts has something else on it (a CUDA context is < 1 GiB)
 OTHER_PROCESS_MIN_BYTES = 2 * GIB
+# ... and named in PyTorch's OOM message, this much makes it the cause (a desktop session's
+# Xorg holds a few hundred MiB; that still counts in the fix's free memory, not as the cause)
+OTHER_PROCESS_MIN_OOM_BYTES = GIB
+# memory PyTorch's OOM message leaves unaccounted (total - free - this process - named ones):
+# below this it is rounding of the figures it prints
+UNACCOUNTED_MIN_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,16 @@ class OtherProcess:
 
 
 def classify(parsed: ParsedLog) -> Diagnosis:
-    for check in (_startup_error, _cuda_oom, _host_ram, _preemption, _oom_mentioned):
+    for check in (
+        _startup_error,
+        _cuda_oom,
+        _host_ram,
+        _context_length,
+        _preemption,
+        _engine_dead,
+        _timeout,
+        _oom_mentioned,
+    ):
         diagnosis = check(parsed)
         if diagnosis is not None:
             return diagnosis
@@ -109,7 +125,9 @@ def _explained(parsed: ParsedLog, kind: str, line: LogLine) -> Diagnosis:
     if other is not None and kind == kinds.INSUFFICIENT_FREE_MEMORY:
         summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB of it."
         evidence = _lines(*evidence, *other.lines)
-    return Diagnosis(kind, summary, evidence, anchor)
+    # vLLM's own OOM error at a stage: the sampler warm-up re-raises CUDA's with its message
+    stage = "sampler_warmup" if kind == kinds.CUDA_OOM_SAMPLER_WARMUP else None
+    return Diagnosis(kind, summary, evidence, anchor, stage)
 
 
 def _capitalized(text: str) -> str:
@@ -125,12 +143,13 @@ def _cuda_oom(parsed: ParsedLog) -> Diagnosis | None:
     if parsed.signals.get("pinned_memory"):
         pinned = _first(parsed, "pinned_memory")
         return _host(parsed, _lines(anchor_hit, pinned), "pinned host memory (swap space)")
+    stage, stage_line = _oom_stage(parsed, anchor_hit)
     other = other_process(parsed, anchor)
     if other is not None:
-        summary = explain.summarize(kinds.ANOTHER_PROCESS, parsed, anchor)
+        summary = explain.another_process(stage)
         summary += f" {_capitalized(other.who)} holds {other.held_bytes / GIB:.2f} GiB."
-        return Diagnosis(kinds.ANOTHER_PROCESS, summary, _lines(anchor_hit, *other.lines), anchor)
-    stage, stage_line = _oom_stage(parsed, anchor_hit)
+        evidence = _lines(anchor_hit, stage_line, *other.lines)
+        return Diagnosis(kinds.ANOTHER_PROCESS, summary, evidence, anchor, stage)
     kind = kinds.KIND_OF_STAGE.get(stage or "", kinds.CUDA_OOM)
     summary = explain.summarize(kind, parsed, anchor)
     return Diagnosis(kind, summary, _lines(anchor_hit, stage_line), anchor, stage)
@@ -196,12 +215,28 @@ def _other_from_log(parsed: ParsedLog, anchor: int) -> OtherProcess | None:
     if total is not None and free is not None and total - free >= OTHER_PROCESS_MIN_BYTES:
         line = parsed.figure_line("free_at_startup_bytes", anchor)
         return OtherProcess(int(total - free), "something else on the GPU", _lines(line))
+    others = oom_others(parsed)
+    if others is not None and others.held_bytes >= OTHER_PROCESS_MIN_OOM_BYTES:
+        return others
+    return None
+
+
+def oom_others(parsed: ParsedLog) -> OtherProcess | None:
+    """Memory other processes hold, from the first PyTorch OOM message that shows any: the
+    pids it names, and what neither it nor this process accounts for (other containers)."""
     for hit in parsed.signals.get("cuda_oom", ()):
-        holders = explain.torch_oom_processes(hit.line.message)
-        if len(holders) >= 2 and sorted(holders.values())[-2] >= GIB:
-            held = int(sum(holders.values()) - max(holders.values()))
-            pids = ", ".join(f"pid {pid}" for pid in holders)
-            return OtherProcess(held, f"another process ({pids} share the GPU)", _lines(hit))
+        named = torch_oom.others(hit.line.message)
+        hidden = torch_oom.unaccounted(hit.line.message)
+        if not named and hidden < UNACCOUNTED_MIN_BYTES:
+            continue
+        who = [f"pid {pid}" for pid in named]
+        if hidden >= UNACCOUNTED_MIN_BYTES:
+            who.append(f"{hidden / GIB:.2f} GiB no listed process accounts for")
+            named = named | {0: hidden}
+        plural = "processes" if len(named) > 1 else "process"
+        return OtherProcess(
+            int(sum(named.values())), f"another {plural} ({', '.join(who)})", _lines(hit)
+        )
     return None
 
 
@@ -233,6 +268,31 @@ def _preemption(parsed: ParsedLog) -> Diagnosis | None:
     evidence = _lines(*hits[:2], *hits[-1:], full)
     anchor = evidence[-1].number if evidence else None
     return Diagnosis(kinds.PREEMPTION, explain.summarize_preemption(parsed), evidence, anchor)
+
+
+def _context_length(parsed: ParsedLog) -> Diagnosis | None:
+    hits = parsed.signals.get("context_length", ())
+    if not hits:
+        return None
+    evidence = _lines(hits[0], hits[-1])
+    summary = runtime.summarize_over_long(parsed)
+    return Diagnosis(kinds.CONTEXT_LENGTH, summary, evidence, hits[0].line.number)
+
+
+def _engine_dead(parsed: ParsedLog) -> Diagnosis | None:
+    hit = _first(parsed, "engine_dead")
+    if hit is None:
+        return None
+    summary = runtime.summarize_engine_dead(parsed)
+    return Diagnosis(kinds.ENGINE_DEAD, summary, _lines(hit), hit.line.number)
+
+
+def _timeout(parsed: ParsedLog) -> Diagnosis | None:
+    hits = parsed.signals.get("request_timeout", ())
+    if not hits:
+        return None
+    summary = runtime.summarize_timeout(parsed)
+    return Diagnosis(kinds.REQUEST_TIMEOUT, summary, _lines(hits[0]), hits[0].line.number)
 
 
 def _oom_mentioned(parsed: ParsedLog) -> Diagnosis | None:

@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvwise doctor",
         description=(
             "Read a vLLM log or traceback (V0 0.4 to V1 0.33), name the root cause with the "
-            "lines that show it, and prescribe the smallest change that makes it start."
+            "lines that show it (the start-up stage of an out-of-memory error; over-long "
+            "requests, preemption, a dead engine while serving), and prescribe the smallest "
+            "change that the planner says starts, with its numbers before and after."
         ),
         epilog="Example: kvwise doctor vllm.log --nvidia-smi smi.txt   |   docker logs vllm 2>&1 | kvwise doctor -",
     )

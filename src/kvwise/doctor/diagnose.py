@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kvwise.doctor import explain, kinds
-from kvwise.doctor.classify import Diagnosis, classify
+from kvwise.doctor.classify import Diagnosis, classify, oom_others
+from kvwise.doctor.combine import beyond_the_knobs, combined_options
+from kvwise.doctor.command import serve_command
 from kvwise.doctor.figures import GIB
-from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose, serve_command
+from kvwise.doctor.fix import FixContext, PlanFn, Prescription, choose
 from kvwise.doctor.options import PRESCRIBERS, options_for
 from kvwise.doctor.parse import ParsedLog, parse_log
 from kvwise.doctor.resolve import Resolved, resolve
+from kvwise.doctor.runtime_options import REMEDIES
 from kvwise.doctor.text import read_log
-from kvwise.planner import plan
+from kvwise.planner import Plan, plan
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,13 @@ def _free_bytes(parsed: ParsedLog, anchor: int | None) -> float | None:
     free = parsed.figure("free_at_startup_bytes", anchor)
     if free is not None:
         return free
+    total = parsed.figure("total_bytes", anchor)
+    if total is None:
+        return None
     if parsed.smi.gpus and parsed.smi.gpus[0].used_bytes >= GIB:
-        total = parsed.figure("total_bytes", anchor)
-        if total is not None:
-            return total - parsed.smi.gpus[0].used_bytes
-    return None
+        return total - parsed.smi.gpus[0].used_bytes
+    others = oom_others(parsed)  # "Process 2291 has 1.62 GiB memory in use"
+    return None if others is None else total - others.held_bytes
 
 
 def prescribe(
@@ -81,34 +87,60 @@ def prescribe(
     flags = parsed.flags(diagnosis.anchor)
     ctx = FixContext(diagnosis, parsed, flags, resolved.model, resolved.gpu, planner)
     options = choose(ctx, prescriber(ctx), options_for)
+    # while serving, vLLM had started: a planner that says it cannot is not the one to search
+    is_startup = diagnosis.kind not in kinds.RUNTIME_KINDS
+    if not options and is_startup:
+        options = combined_options(ctx)
     before = ctx.plan()
     notes = list(resolved.notes) if planner is not None else ["no planner available"]
-    if before is not None and before.starts and diagnosis.kind in _STARTUP_FAILURES:
-        notes.append(
-            f"the planner predicts the logged configuration starts (KV cache "
-            f"{before.memory.kv_cache_bytes / GIB:.2f} GiB); vLLM's log says it did not, "
-            "so the fix follows vLLM's figures"
-        )
+    notes += _planner_disagrees(diagnosis.kind, before)
     best = options[0] if options else None
-    command_flags = _command_flags(parsed, diagnosis.anchor) | (best.changes if best else {})
+    command = None
+    if best is not None and resolved.model_name:
+        flags = _command_flags(parsed, diagnosis.anchor) | best.changes
+        command = serve_command(resolved.model_name, flags)
     advice = best.reason if best else explain.ADVICE.get(diagnosis.kind, "")
+    if best is None and is_startup and ctx.can_plan and ctx.reproduces:
+        advice = beyond_the_knobs(ctx)
     return Prescription(
         options=tuple(options),
         before=before,
-        command=serve_command(parsed.model(diagnosis.anchor), command_flags),
+        command=command,
         advice=advice,
         notes=tuple(dict.fromkeys(notes + ctx.notes)),
+        remedies=tuple(remedy(parsed) for remedy in _remedies(diagnosis.kind)),
     )
 
 
+def _remedies(kind: str) -> list[Callable[[ParsedLog], str]]:
+    remedy = REMEDIES.get(kind)
+    return [] if remedy is None else [remedy]
+
+
+def _planner_disagrees(kind: str, before: Plan | None) -> list[str]:
+    """A note when the planner's verdict on the logged configuration is not what vLLM logged."""
+    if before is None or kind not in _STARTUP_FAILURES:
+        return []
+    if before.error is None:
+        return [
+            f"the planner predicts the logged configuration starts (KV cache "
+            f"{before.memory.kv_cache_bytes / GIB:.2f} GiB); vLLM's log says it did not, "
+            "so the fix follows vLLM's figures"
+        ]
+    if before.error.kind != kind and kind in kinds.PLANNER_KINDS:
+        return [
+            f"for the logged configuration the planner predicts {before.error.kind} where "
+            f"vLLM logged {kind}; the fix is checked against the planner"
+        ]
+    return []
+
+
 # kinds where vLLM failed to start: a planner that predicts a start disagrees with the log
-_STARTUP_FAILURES = frozenset(kinds.ALL_KINDS) - {
-    kinds.PREEMPTION,
-    kinds.CUDA_OOM_RUNTIME,
-    kinds.CUDA_OOM,
-    kinds.HOST_RAM,
-    kinds.UNKNOWN,
-}
+_STARTUP_FAILURES = (
+    frozenset(kinds.ALL_KINDS)
+    - kinds.RUNTIME_KINDS
+    - {kinds.CUDA_OOM, kinds.HOST_RAM, kinds.UNKNOWN}
+)
 
 
 def _command_flags(parsed: ParsedLog, anchor: int | None) -> dict[str, Any]:
@@ -137,7 +169,7 @@ def parsed_json(report: Report) -> dict[str, Any]:
     return {
         "vllm_version": parsed.version,
         "engine": parsed.engine,
-        "model": parsed.model(anchor),
+        "model": resolved.model_name,
         "gpu": resolved.gpu.name if resolved.gpu else (parsed.gpu_names or [None])[0],
         "gpu_memory_gib": round(resolved.gpu.memory_bytes / GIB, 2) if resolved.gpu else None,
         "flags": parsed.flags(anchor),
@@ -163,5 +195,6 @@ def fix_json(prescription: Prescription) -> dict[str, Any]:
             }
             for o in prescription.options[1:]
         ],
+        "remedies": list(prescription.remedies),
         "notes": list(prescription.notes),
     }

@@ -23,22 +23,27 @@ FIGURES_FOR_KIND = {
 }
 _STATS = re.compile(
     r"Running: (?P<running>\d+) reqs,(?: Swapped: (?P<swapped>\d+) reqs,)? "
-    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
-)
-_TORCH_HOLDER = re.compile(r"Process (\d+) has (\d+(?:\.\d+)?) (GiB|MiB) memory in use")
-_TORCH_SIZES = re.compile(
-    r"Tried to allocate (?P<tried>\d+(?:\.\d+)?) (?P<tried_unit>GiB|MiB|KiB|bytes)[^\n]*?"
-    r"of which (?P<free>\d+(?:\.\d+)?) (?P<free_unit>GiB|MiB|KiB|bytes) is free"
+    r"(?:Pending|Waiting): (?P<waiting>\d+) reqs,(?: [A-Za-z ]+: \d+,)*"  # V1: "Preemptions: 3,"
+    r"(?: GPU KV cache usage: (?P<usage>[\d.]+)%)?"
 )
 _EXCEPTION = re.compile(r"^(?:[\w.]+(?:Error|Exception|Interrupt)|AssertionError)\b:?")
 
 
-def _gib(value: float | None) -> str:
-    return "?" if value is None else f"{value / GIB:.2f} GiB"
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
 
 
-def _num(value: float | None) -> str:
-    return "?" if value is None else f"{int(value):,}"
+def _num(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _around(text: str, value: float | None, fmt: str = "({})") -> str:
+    """` (4.71 GiB)` after `text` when the value is known, else `text` alone (no placeholder)."""
+    return text if value is None else f"{text} {fmt.format(_gib(value))}"
+
+
+def _sized(value: float | None, label: str, fallback: str) -> str:
+    return fallback if value is None else f"{label} {_gib(value)}"
 
 
 def summarize(kind: str, parsed: ParsedLog, anchor: int | None) -> str:
@@ -47,11 +52,9 @@ def summarize(kind: str, parsed: ParsedLog, anchor: int | None) -> str:
 
 
 def _max_model_len(parsed: ParsedLog, at: int | None) -> str:
-    flags = parsed.flags(at)
-    text = (
-        f"vLLM refused to start: one request of max_model_len={_num(flags.get('max_model_len'))} "
-        f"tokens does not fit the KV cache"
-    )
+    length = parsed.flags(at).get("max_model_len")
+    size = "max_model_len" if length is None else f"max_model_len={_num(length)}"
+    text = f"vLLM refused to start: one request of {size} tokens does not fit the KV cache"
     kv, tokens = parsed.figure("kv_cache_bytes", at), parsed.figure("kv_cache_tokens", at)
     if kv is not None or tokens is not None:
         parts = [
@@ -76,15 +79,12 @@ def _no_kv(parsed: ParsedLog, at: int | None) -> str:
     budget = parsed.figure("budget_bytes", at)
     util = parsed.flags(at).get("gpu_memory_utilization")
     parts = [
-        f"weights {_gib(parsed.figure('weights_bytes', at))}"
-        if parsed.figure("weights_bytes", at) is not None
-        else "the weights",
-        f"activation peak {_gib(parsed.figure('activation_peak_bytes', at))}"
-        if parsed.figure("activation_peak_bytes", at) is not None
-        else "the profile run's activation peak",
-        f"non-torch memory {_gib(parsed.figure('non_torch_bytes', at))}"
-        if parsed.figure("non_torch_bytes", at) is not None
-        else "non-torch memory",
+        _sized(parsed.figure(name, at), label, fallback)
+        for name, label, fallback in (
+            ("weights_bytes", "weights", "the weights"),
+            ("activation_peak_bytes", "activation peak", "the profile run's activation peak"),
+            ("non_torch_bytes", "non-torch memory", "non-torch memory"),
+        )
     ]
     where = "the gpu_memory_utilization budget"
     if util is not None:
@@ -98,20 +98,26 @@ def _no_kv(parsed: ParsedLog, at: int | None) -> str:
 def _insufficient_free(parsed: ParsedLog, at: int | None) -> str:
     free, total = parsed.figure("free_at_startup_bytes", at), parsed.figure("total_bytes", at)
     util, budget = parsed.flags(at).get("gpu_memory_utilization"), parsed.figure("budget_bytes", at)
+    seen = "less memory was free on the GPU at start-up"
+    if free is not None:
+        seen = f"only {_gib(free)}" + (f" of {_gib(total)}" if total is not None else "")
+        seen += " was free on the GPU at start-up"
+    asked = "gpu_memory_utilization" + (f"={util:g}" if util is not None else "")
     return (
-        f"vLLM refused to start: only {_gib(free)} of {_gib(total)} was free on the GPU at "
-        f"start-up, less than gpu_memory_utilization={util if util is not None else '?'} asks "
-        f"for ({_gib(budget)}); gpu_memory_utilization is a share of the whole GPU, so memory "
-        "held by anything else must fit beside it."
+        f"vLLM refused to start: {seen}, less than {_around(asked + ' asks for', budget)}; "
+        "gpu_memory_utilization is a share of the whole GPU, so memory held by anything else "
+        "must fit beside it."
     )
 
 
 def _sampler(parsed: ParsedLog, at: int | None) -> str:
     seqs = parsed.flags(at).get("max_num_seqs")
+    dummies = "max_num_seqs dummy requests" if seqs is None else f"{_num(seqs)} dummy requests"
+    kv = _around("the KV cache", parsed.figure("kv_cache_bytes", at))
     return (
-        f"CUDA ran out of memory while vLLM warmed up the sampler with {_num(seqs)} dummy "
-        "requests (max_num_seqs rows of vocabulary-sized logits), after the KV cache "
-        f"({_gib(parsed.figure('kv_cache_bytes', at))}) had taken the rest of the budget."
+        f"CUDA ran out of memory while vLLM warmed up the sampler with {dummies} "
+        f"(max_num_seqs rows of vocabulary-sized logits), after {kv} had taken the rest of the "
+        "budget."
     )
 
 
@@ -127,9 +133,9 @@ def _capture(parsed: ParsedLog, at: int | None) -> str:
 
 
 def _kv_alloc(parsed: ParsedLog, at: int | None) -> str:
+    kv = _around("the KV cache", parsed.figure("kv_cache_bytes", at))
     return (
-        "CUDA ran out of memory while allocating the KV cache "
-        f"({_gib(parsed.figure('kv_cache_bytes', at))}): less memory was free than the profile "
+        f"CUDA ran out of memory while allocating {kv}: less memory was free than the profile "
         "run measured, usually because something else took GPU memory meanwhile."
     )
 
@@ -158,7 +164,23 @@ def _runtime(parsed: ParsedLog, at: int | None) -> str:
 
 
 def _another(parsed: ParsedLog, at: int | None) -> str:
-    return "CUDA ran out of memory while another process held memory on the same GPU."
+    return another_process(None)
+
+
+# where an out-of-memory error happened, in words (stage names as in kinds.KIND_OF_STAGE)
+STAGE_WORDS = {
+    "weights": "while loading the weights",
+    "profile_run": "in the profile run",
+    "kv_cache_allocation": "while allocating the KV cache",
+    "cuda_graph_capture": "while capturing CUDA graphs",
+    "sampler_warmup": "while warming up the sampler",
+    "runtime": "while serving",
+}
+
+
+def another_process(stage: str | None) -> str:
+    where = f" {STAGE_WORDS[stage]}" if stage in STAGE_WORDS else ""
+    return f"CUDA ran out of memory{where} while another process held memory on the same GPU."
 
 
 def _generic_oom(parsed: ParsedLog, at: int | None) -> str:
@@ -199,10 +221,13 @@ def full_kv_stats(parsed: ParsedLog) -> LogLine | None:
 
 def summarize_preemption(parsed: ParsedLog) -> str:
     hits = parsed.signals.get("preemption", ())
-    counts = [
-        int(n) for h in hits for n in re.findall(r"cumulative_preemption=(\d+)", h.line.message)
-    ]
-    count = max(counts) if counts else len(hits) + parsed.log.middle_count("preempted_v0")
+    messages = [hit.line.message for hit in hits]
+    # V0's warning carries the running total; V1's stats line the count since the last line
+    totals = [int(n) for m in messages for n in re.findall(r"cumulative_preemption=(\d+)", m)]
+    per_interval = [int(n) for m in messages for n in re.findall(r"Preemptions: (\d+)", m)]
+    count = max(totals) if totals else sum(per_interval)
+    if not totals and not per_interval:
+        count = len(hits) + parsed.log.middle_count("preempted_v0")
     text = "vLLM started but ran out of KV cache while serving"
     if count:
         text += f" ({count:,} preemptions logged)"
@@ -219,23 +244,6 @@ def running_at_full_kv(parsed: ParsedLog) -> int | None:
     line = full_kv_stats(parsed)
     match = None if line is None else _STATS.search(line.message)
     return None if match is None else int(match["running"])
-
-
-def torch_oom_sizes(message: str) -> tuple[float, float] | None:
-    """(bytes PyTorch tried to allocate, bytes free on the GPU) from its OOM message."""
-    match = _TORCH_SIZES.search(message)
-    if match is None:
-        return None
-    return _bytes(match["tried"], match["tried_unit"]), _bytes(match["free"], match["free_unit"])
-
-
-def _bytes(amount: str, unit: str) -> float:
-    return float(amount) * {"GiB": GIB, "MiB": 2**20, "KiB": 2**10}.get(unit, 1)
-
-
-def torch_oom_processes(message: str) -> dict[int, float]:
-    """PyTorch's OOM message lists every process holding memory on that GPU: pid -> bytes."""
-    return {int(pid): _bytes(amount, unit) for pid, amount, unit in _TORCH_HOLDER.findall(message)}
 
 
 def looks_like_exception(message: str) -> bool:
@@ -326,6 +334,21 @@ ADVICE = {
     kinds.PREEMPTION: (
         "grow the KV pool (--kv-cache-dtype fp8, a higher --gpu-memory-utilization) or admit "
         "fewer requests at once (--max-num-seqs, or kvwise serve's KV-token admission)"
+    ),
+    kinds.CONTEXT_LENGTH: (
+        "trim the history each request carries to fit max_model_len, ask for fewer completion "
+        "tokens, or raise --max-model-len where the model and the GPU hold it (kvwise plan "
+        "says)"
+    ),
+    kinds.ENGINE_DEAD: (
+        "the cause is the first traceback above the first EngineDeadError: run kvwise doctor "
+        "on the whole log from start-up; a CUDA out-of-memory error while serving is fixed by "
+        "a little less --gpu-memory-utilization or --max-num-batched-tokens"
+    ),
+    kinds.REQUEST_TIMEOUT: (
+        "admit fewer requests at once (--max-num-seqs) or grow the KV pool, so that requests "
+        "do not wait or get preempted past the client's timeout; for the engine's own "
+        "watchdog, look for the step that hung (a huge prefill, a stuck collective)"
     ),
     kinds.CUDA_OOM: (
         "the log does not show where memory ran out: run `kvwise doctor` on the whole log from "

@@ -10,7 +10,6 @@ change wins; the others are listed as alternatives.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +18,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.doctor.classify import Diagnosis
+from kvwise.doctor.command import flags_text
 from kvwise.doctor.parse import ParsedLog
 from kvwise.errors import KvwiseError
 from kvwise.planner.result import Plan
@@ -89,8 +89,12 @@ class FixContext:
     def can_plan(self) -> bool:
         return self.planner is not None and self.model is not None and self.gpu is not None
 
-    def plan(self, changes: dict[str, Any] | None = None) -> Plan | None:
-        """The planner's verdict for the logged flags with `changes`; None when it cannot say."""
+    def plan(self, changes: dict[str, Any] | None = None, *, quiet: bool = False) -> Plan | None:
+        """The planner's verdict for the logged flags with `changes`; None when it cannot say.
+
+        Why it cannot say becomes a note, unless `quiet` (a search that tries values the
+        model may not take, such as a tensor-parallel size its heads do not divide by).
+        """
         if not self.can_plan:
             return None
         assert self.planner is not None
@@ -105,9 +109,10 @@ class FixContext:
                 num_gpus=_num_gpus(values),
             )
         except (KvwiseError, ValueError, ArithmeticError) as exc:
-            self.notes.append(
-                f"the planner could not evaluate {changes or 'the logged flags'}: {exc}"
-            )
+            if quiet:
+                return None
+            what = flags_text(changes) if changes else "the logged flags"
+            self.notes.append(f"the planner could not evaluate {what}: {exc}")
             return None
 
     @property
@@ -148,9 +153,10 @@ def _num_gpus(flags: dict[str, Any]) -> int:
 class Prescription:
     options: tuple[Option, ...]  # best first
     before: Plan | None
-    command: str
+    command: str | None  # `vllm serve MODEL ...` with the fix; None without a change or a model
     advice: str  # what to do, in words (the best option's reason, or advice no flag can carry)
     notes: tuple[str, ...]
+    remedies: tuple[str, ...] = ()  # what no vLLM flag carries (the gateway in front of vLLM)
 
     @property
     def best(self) -> Option | None:
@@ -161,29 +167,34 @@ Completion = Callable[["FixContext", str], list[Option]]
 
 
 def choose(ctx: FixContext, candidates: list[Option], complete: Completion) -> list[Option]:
-    """Re-plan each candidate, smallest change first.
+    """Re-plan each candidate, smallest change first; keep only those the planner says start.
 
-    A value taken from vLLM's own figures is kept even when the planner predicts a failure;
-    when the planner predicts a *different* failure with it (the next check vLLM would hit),
-    `complete` proposes a second change for that failure and the pair is kept instead.
+    A value taken from vLLM's own figures that the planner says fails with a *different* error
+    (the next check vLLM would hit) gets a second change for that failure from `complete`, and
+    the pair is kept if it starts. Without a planner (model or GPU unknown) nothing can be
+    re-planned: only values from vLLM's own figures are kept, and a note says so.
     """
     kept = []
     for option in candidates:
+        if not ctx.can_plan:
+            if option.from_log:
+                kept.append(option)
+            continue
         plan = ctx.plan(option.changes)
-        if plan is not None and not plan.starts:
-            if not option.from_log:
-                continue
-            if plan.error is not None and plan.error.kind != ctx.diagnosis.kind:
-                pair = _completed(ctx, option, plan.error.kind, complete)
-                if pair is not None:
-                    kept.append(pair)
-                    continue
-            ctx.notes.append(
-                f"with {option.changes} the planner still predicts "
-                f"{plan.error.kind if plan.error else 'a failure'} (it may lack part of the "
-                "configuration); this change follows vLLM's own figures"
-            )
-        kept.append(replace(option, plan=plan))
+        if plan is None:
+            continue
+        if plan.starts:
+            kept.append(replace(option, plan=plan))
+            continue
+        if option.from_log and plan.error is not None and plan.error.kind != ctx.diagnosis.kind:
+            pair = _completed(ctx, option, plan.error.kind, complete)
+            if pair is not None:
+                kept.append(pair)
+    if kept and not ctx.can_plan:
+        ctx.notes.append(
+            "the change is vLLM's own arithmetic from the log and was not re-planned: the "
+            "planner needs the model and the GPU (pass --model and --gpu)"
+        )
     return sorted(kept, key=lambda option: option.cost)
 
 
@@ -226,29 +237,3 @@ def _reason_with(reason: str, changes: dict[str, Any]) -> str:
     if length is None or f"{length:,}" in reason:
         return reason
     return f"lower --max-model-len to {length:,} ({reason.split(': ', 1)[-1]}, less what the next change takes)"
-
-
-def serve_command(model: str | None, flags: dict[str, Any]) -> str:
-    """`vllm serve MODEL --flag value ...` with vLLM's spelling of each flag."""
-    parts = ["vllm", "serve", model or "<MODEL>"]
-    for name, value in flags.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                parts.append(flag)
-            elif name in ("enable_prefix_caching", "enable_chunked_prefill"):
-                parts.append("--no-" + flag[2:])
-        elif name == "kv_cache_memory_bytes":
-            parts += [flag, _size_text(int(value))]
-        elif name == "max_model_len" and value == -1:
-            parts += [flag, "auto"]
-        else:
-            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return " ".join(part if part == "<MODEL>" else shlex.quote(part) for part in parts)
-
-
-def _size_text(value: int) -> str:
-    for unit, size in (("G", 2**30), ("M", 2**20)):
-        if value % size == 0:
-            return f"{value // size}{unit}"
-    return str(value)

@@ -23,6 +23,9 @@ CUDA_OOM_KV_CACHE_ALLOCATION = "cuda_oom_kv_cache_allocation"
 CUDA_OOM_RUNTIME = "cuda_oom_runtime"  # after start-up, while serving
 ANOTHER_PROCESS = "another_process"
 PREEMPTION = "preemption"
+CONTEXT_LENGTH = "context_length_exceeded"  # a request over max_model_len: HTTP 400 while serving
+ENGINE_DEAD = "engine_dead"  # the engine died while serving, cause not in the log
+REQUEST_TIMEOUT = "request_timeout"  # requests that outlived a timeout while serving
 UNKNOWN = "unknown"
 
 ALL_KINDS = (
@@ -39,8 +42,19 @@ ALL_KINDS = (
     CUDA_OOM_RUNTIME,
     ANOTHER_PROCESS,
     PREEMPTION,
+    CONTEXT_LENGTH,
+    ENGINE_DEAD,
+    REQUEST_TIMEOUT,
     UNKNOWN,
 )
+
+# failures while serving, after a start-up that went through
+RUNTIME_KINDS = frozenset(
+    {CUDA_OOM_RUNTIME, PREEMPTION, CONTEXT_LENGTH, ENGINE_DEAD, REQUEST_TIMEOUT}
+)
+
+# the kinds the planner itself predicts (its error.kind vocabulary)
+PLANNER_KINDS = frozenset(ALL_KINDS[:7])
 
 # start-up stage of an out-of-memory error -> kind
 KIND_OF_STAGE = {

@@ -6,7 +6,7 @@ allocate and how much was free; otherwise from the planner's search.
 
 from __future__ import annotations
 
-from kvwise.doctor import explain
+from kvwise.doctor import torch_oom
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import FixContext, Option
 from kvwise.doctor.levers import (
@@ -27,7 +27,7 @@ GRAPH_FLOOR_BYTES = GIB  # vLLM: "CUDA graphs can take additional 1~3 GiB memory
 def _failed_allocation(ctx: FixContext) -> tuple[float, float] | None:
     """(bytes PyTorch tried to allocate, bytes free) from the first OOM message that says."""
     for hit in ctx.parsed.signals.get("cuda_oom", ()):
-        sizes = explain.torch_oom_sizes(hit.line.message)
+        sizes = torch_oom.sizes(hit.line.message)
         if sizes is not None:
             return sizes
     return None

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kvwise.doctor import explain, kinds, oom_options
+from kvwise.doctor import explain, kinds, oom_options, runtime_options
 from kvwise.doctor.figures import GIB
 from kvwise.doctor.fix import MAX_SAFE_UTILIZATION, FixContext, Option
 from kvwise.doctor.levers import (
@@ -25,13 +25,13 @@ from kvwise.doctor.levers import (
     gib,
     gpu_total,
     if_safe,
+    largest_utilization,
     largest_value,
     logged_util,
     peak_flags,
     smaller_batch,
     smallest_utilization,
 )
-from kvwise.planner.memory import CUDA_CONTEXT_BYTES
 
 HEADROOM_UTILIZATION = 0.05  # share of the GPU left for the KV cache above the non-KV memory
 DEFAULT_UTILIZATION = 0.9  # vLLM's long-standing default (0.92 lately; the planner knows)
@@ -175,35 +175,74 @@ def _util_above_non_kv(ctx: FixContext) -> Option | None:
 
 
 def free_memory_options(ctx: FixContext) -> list[Option]:
-    free, total, util = ctx.figure("free_at_startup_bytes"), gpu_total(ctx), logged_util(ctx)
-    if free is None and ctx.gpu is not None:
-        free = ctx.gpu.free_bytes  # from the nvidia-smi dump
-    if free is None and total is not None:
-        # nothing else on the card: the planner's own assumption (its CUDA context aside)
-        free = total - CUDA_CONTEXT_BYTES
+    """A budget that fits beside what else holds the GPU, re-planned with that memory taken.
+
+    vLLM checks the budget (utilization x total) against the free memory; what it puts outside
+    the budget (CUDA graphs, the sampler warm-up) must fit in what is left. So the largest
+    utilization up to 1% below the free share (and below the logged one) that the planner says
+    starts, with the free memory set; if none starts alone, the same with the longest
+    max_model_len that fits.
+    """
+    free, total, util = _free_for_vllm(ctx), gpu_total(ctx), logged_util(ctx)
+    if free is None and util is not None:
+        # nothing else known on the card: the planner's own view of the free memory
+        found = largest_utilization(ctx, util)
+        reason = f"{_util_words(util, found or util)}: the planner's largest that starts"
+        return [] if found is None else [Option({"gpu_memory_utilization": found}, reason)]
     if free is None or total is None:
         return []
-    new = floor2(free / total - 0.01)  # 1% below what was free, for what moves meanwhile
-    reason = (
-        f"lower --gpu-memory-utilization from {util if util is not None else '?'} to {new:g}: "
-        f"{gib(free)} of {gib(total)} was free at start-up"
-    )
-    option = Option({"gpu_memory_utilization": new}, reason, {"gpu_memory_utilization": util}, True)
-    if ctx.starts(option.changes) is False:
-        # the smaller budget no longer fits max_model_len: shorten it as well
-        length = _length_at(ctx, option.changes)
+    ceiling = floor2(free / total - 0.01)  # 1% below what was free, for what moves meanwhile
+    if util is not None:
+        ceiling = min(ceiling, round(util - 0.01, 2))  # a lower budget than the one that failed
+    why = f"{gib(free)} of {gib(total)} was free at start-up"
+    if ctx.figure("free_at_startup_bytes") is None:
+        why = f"other processes hold {gib(total - free)}, leaving {gib(free)} of {gib(total)}"
+    if not ctx.can_plan:
+        reason = f"{_util_words(util, ceiling)}: {why}"
+        previous = {"gpu_memory_utilization": util}
+        return [Option({"gpu_memory_utilization": ceiling}, reason, previous, from_log=True)]
+    return _fits_beside(ctx, ceiling, why)
+
+
+def _fits_beside(ctx: FixContext, ceiling: float, why: str) -> list[Option]:
+    """The planner's largest utilization at or below `ceiling` that starts (alone, else with
+    the longest max_model_len that fits the smaller KV cache)."""
+    util = logged_util(ctx)
+    previous = {"gpu_memory_utilization": util, "max_model_len": ctx.resolved("max_model_len")}
+    floor = max(0.3, ceiling - MAX_UTIL_STEPS / 100)
+    candidates = [round(ceiling - step / 100, 2) for step in range(MAX_UTIL_STEPS + 1)]
+    candidates = [u for u in candidates if u >= floor]
+    for new in candidates:
+        if ctx.starts({"gpu_memory_utilization": new}):
+            reason = f"{_util_words(util, new)}: {why}, and the planner says it starts"
+            return [Option({"gpu_memory_utilization": new}, reason, previous)]
+    for new in candidates:
+        length = _length_at(ctx, {"gpu_memory_utilization": new})
         if length is not None:
-            changes = option.changes | {"max_model_len": length}
-            reason += f", with --max-model-len {length:,} to fit the smaller KV cache"
-            return [
-                Option(
-                    changes,
-                    reason,
-                    option.previous | {"max_model_len": ctx.flags.get("max_model_len")},
-                    True,
-                )
-            ]
-    return [option]
+            changes = {"gpu_memory_utilization": new, "max_model_len": length}
+            reason = (
+                f"{_util_words(util, new)}: {why}; with --max-model-len {length:,} to fit the "
+                "smaller KV cache"
+            )
+            return [Option(changes, reason, previous)]
+    return []
+
+
+MAX_UTIL_STEPS = 15  # how far below the free share the search goes, in 0.01 steps
+
+
+def _util_words(util: float | None, new: float) -> str:
+    was = "" if util is None else f" from {util:g}"
+    return f"lower --gpu-memory-utilization{was} to {new:g}"
+
+
+def _free_for_vllm(ctx: FixContext) -> float | None:
+    """What vLLM found free: its own line, else the total less what other processes hold
+    (nvidia-smi, or the processes PyTorch's OOM message names), set on the GPU by `resolve`."""
+    free = ctx.figure("free_at_startup_bytes")
+    if free is None and ctx.gpu is not None:
+        free = ctx.gpu.free_bytes
+    return free
 
 
 def _length_at(ctx: FixContext, changes: dict[str, Any]) -> int | None:
@@ -238,7 +277,9 @@ def host_ram_options(ctx: FixContext) -> list[Option]:
     is_v0 = ctx.parsed.engine == "V0" or (ctx.parsed.engine is None and swap is not None)
     if is_v0 and swap != 0:  # V1 has no swap space
         reason = "--swap-space 0: V0 pins swap_space GiB of host RAM per GPU (4 by default)"
-        return [Option({"swap_space": 0}, reason, {"swap_space": swap if swap is not None else 4})]
+        previous = {"swap_space": swap if swap is not None else 4}
+        # host RAM, which the planner's GPU verdict does not cover: kept without a re-plan
+        return [Option({"swap_space": 0}, reason, previous, from_log=True)]
     return []
 
 
@@ -251,7 +292,8 @@ def preemption_options(ctx: FixContext) -> list[Option]:
             "fewer at once queue instead of being preempted"
         )
         previous = {"max_num_seqs": ctx.resolved("max_num_seqs")}
-        options.append(Option({"max_num_seqs": running - 1}, reason, previous))
+        # the running count is vLLM's own stats line
+        options.append(Option({"max_num_seqs": running - 1}, reason, previous, from_log=True))
     return [o for o in options if o]
 
 
@@ -285,6 +327,10 @@ PRESCRIBERS: dict[str, Callable[[FixContext], list[Option]]] = {
     kinds.HOST_RAM: host_ram_options,
     kinds.PREEMPTION: preemption_options,
     kinds.CUDA_OOM: oom_options.unlocalised_oom_options,
+    kinds.CONTEXT_LENGTH: runtime_options.context_length_options,
+    kinds.ENGINE_DEAD: oom_options.unlocalised_oom_options,  # advice only: the cause is above
+    # advice only: KV pressure behind timeouts shows as preemption, which is classified first
+    kinds.REQUEST_TIMEOUT: oom_options.unlocalised_oom_options,
 }
 
 

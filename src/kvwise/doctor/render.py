@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from kvwise.doctor.command import flags_text
 from kvwise.doctor.diagnose import Report
 from kvwise.doctor.figures import GIB
 from kvwise.planner.result import Plan
@@ -23,7 +24,9 @@ def render(report: Report, console: Console) -> None:
     parts: list[Any] = [Text(data["summary"])]
     if data["evidence"]:
         parts += [Text("\nEvidence", style="bold"), *(_evidence(line) for line in data["evidence"])]
-    parts += [Text(""), _parsed_table(data["parsed"])]
+    table = _parsed_table(data["parsed"])
+    if table.row_count:  # nothing read (a client's error alone): no empty table
+        parts += [Text(""), table]
     if report.prescription is not None:
         parts += _fix_parts(report)
     style = "green" if data["kind"] == "unknown" else "red"
@@ -69,9 +72,15 @@ def _fix_parts(report: Report) -> list[Any]:
     best = prescription.best
     if best is not None and (prescription.before or best.plan):
         parts.append(_before_after(prescription.before, best.plan))
-    parts.append(Text("\n  " + prescription.command, style="bold cyan"))
+    if prescription.command is not None:
+        parts.append(Text("\n  " + prescription.command, style="bold cyan"))
+    elif best is not None:
+        parts.append(Text("\n  add to the vllm serve command you ran:", style="bold"))
+        parts.append(Text("  " + flags_text(best.changes), style="bold cyan"))
     for option in prescription.options[1:]:
         parts.append(Text(f"  or: {option.reason}", style="dim"))
+    for remedy in prescription.remedies:
+        parts.append(Text(f"  {remedy}", style="dim"))
     for note in prescription.notes:
         parts.append(Text(f"  note: {note}", style="yellow"))
     return parts

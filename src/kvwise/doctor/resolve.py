@@ -20,6 +20,7 @@ class Resolved:
     model: ModelSpec | None
     gpu: GpuSpec | None
     notes: tuple[str, ...]
+    model_name: str | None = None  # as the user named it (--model, else the log)
 
 
 def resolve(
@@ -32,10 +33,11 @@ def resolve(
     gpu_hint: str | None = None,
 ) -> Resolved:
     model, model_note = resolve_model(model_hint or model_name)
-    gpu, gpu_note = resolve_gpu(((gpu_hint,) if gpu_hint else ()) + gpu_names, total_bytes)
+    gpu, gpu_note = resolve_gpu(gpu_names, total_bytes, gpu_hint)
     if gpu is not None and free_bytes is not None:
         gpu = replace(gpu, free_bytes=int(free_bytes))  # another process's share is not free
-    return Resolved(model, gpu, tuple(n for n in (model_note, gpu_note) if n))
+    notes = tuple(n for n in (model_note, gpu_note) if n)
+    return Resolved(model, gpu, notes, model_hint or model_name)
 
 
 def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
@@ -48,7 +50,8 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
             return load_model(candidate), None
         except UnsupportedModelError as exc:
             return None, f"model {candidate!r}: {str(exc).split(' (modelled:')[0]}"
-        except KvwiseError:
+        except (KvwiseError, OSError, RuntimeError):
+            # OSError: a "name" too long to be a path; RuntimeError: `~name` with no such user
             continue
     close = closest_models(name.rstrip("/").rsplit("/", 1)[-1])
     hint = f"; closest catalog entries: {', '.join(close)}" if close else ""
@@ -56,12 +59,15 @@ def resolve_model(name: str | None) -> tuple[ModelSpec | None, str | None]:
 
 
 def resolve_gpu(
-    names: tuple[str, ...], total_bytes: float | None
+    names: tuple[str, ...], total_bytes: float | None, hint: str | None = None
 ) -> tuple[GpuSpec | None, str | None]:
-    for name in names:
+    """The first name the catalog knows (`hint`, the user's --gpu, first); why not, if none."""
+    refused: dict[str, str] = {}
+    for name in ((hint,) if hint else ()) + names:
         try:
             spec = find_gpu(name)
-        except KvwiseError:
+        except KvwiseError as exc:
+            refused.setdefault(name, str(exc))
             continue
         if total_bytes:
             # the total CUDA reported on this machine beats the catalog's
@@ -69,4 +75,6 @@ def resolve_gpu(
         return spec, None
     if total_bytes:
         return custom_gpu(total_bytes / GIB), None
+    if hint:  # the user named a GPU the catalog does not take as it is: say why
+        return None, f"--gpu {hint}: {refused[hint]}"
     return None, "the log names no GPU and no total GPU memory (pass --gpu)"

@@ -84,6 +84,31 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"Preempt(?:ed|ing) request \S+",
         r"Aborted due to the lack of CPU swap space",  # V0: preempted by swap, swap space full
         r"vllm:num_preemptions(?:_total)?(?:\{[^}\n]*\})?\s+[1-9]\d*(?:\.\d+)?",
+        # V1's stats line adds "Preemptions: N" when there were any (v1/metrics/loggers.py)
+        r"reqs, Preemptions: [1-9]\d*",
+    ),
+    # a request longer than max_model_len, rejected with HTTP 400 (V0 and V1 OpenAI servers:
+    # "you requested N tokens" <= 0.10, "your request has N input tokens" later) or by the
+    # engine's input check ("The decoder prompt (length N) is longer than ...", V0's warning)
+    "context_length": (
+        r"maximum context length is \d+ tokens",
+        r"prompt \(length \d+\) is longer than the maximum model length of \d+",
+        r"Input prompt \(\d+ tokens\) is too long and exceeds limit of \d+",
+    ),
+    # the engine died while serving; the cause is above it in the log when it was logged
+    "engine_dead": (
+        r"(?:Async)?EngineDeadError",
+        r"Engine loop has died",
+        r"Background loop has errored already",
+        r"EngineCore encountered (?:an issue|a fatal error)",
+        r"Engine core proc \S+ died unexpectedly",
+    ),
+    # requests that did not finish in time: the engine's own watchdog or the client's timeout
+    "request_timeout": (
+        r"Engine iteration timed out",
+        r"RPC call to \w+ timed out",
+        r"APITimeoutError|Request timed out\.",
+        r"httpx\.ReadTimeout|ReadTimeoutError",
     ),
     "max_model_len_exceeds_model": (
         r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len",
