@@ -13,6 +13,7 @@ import pytest
 from kvwise.cli import main
 from kvwise.core.catalog import load_model
 from kvwise.core.gpus import GIB
+from kvwise.errors import UnknownModelError
 from tests.core.checkpoints import (
     awq_tensors,
     bnb_nf4_tensors,
@@ -181,3 +182,9 @@ def test_unknown_model_is_one_line_and_exit_2(
 def test_hf_cache_lookup_ignores_case_as_the_hub_does(hf_cache: Path) -> None:
     hf_cache_snapshot(hf_cache, "Acme/Mixed-Case-7B", catalog_config(BASE), "cafe")
     assert load_model("acme/mixed-case-7b").num_layers == 28
+
+
+@pytest.mark.parametrize("name", ["~nobody-such-user/model", "a" * 300])
+def test_a_name_that_cannot_be_a_path_is_an_unknown_model_not_a_crash(name: str) -> None:
+    with pytest.raises(UnknownModelError):
+        load_model(name)

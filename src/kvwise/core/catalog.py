@@ -150,12 +150,22 @@ def closest_models(name: str, n: int = 3) -> list[str]:
     return list(dict.fromkeys(names))[:n]
 
 
+def _as_path(name: str) -> Path | None:
+    """The local file or folder a model argument names, if it names one. A hub id can be too
+    long to be a path (OSError) or start with `~` and no such user (RuntimeError): not a path."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError):
+        return None
+
+
 def load_model(name: str) -> ModelSpec:
     """Resolve a model argument, in this order: a local folder or config.json; `org/name` in the
     local Hugging Face cache; a verbatim catalog copy of that config.json; the hub; any other
     catalog entry (derived quantized variants, ids without the organisation)."""
-    path = Path(name).expanduser()
-    if path.exists():
+    path = _as_path(name)
+    if path is not None:
         return _load_local(path)
     spec = _from_hf_cache(name)
     if spec is not None:

@@ -18,6 +18,7 @@ from kvwise.doctor.resolve import Resolved, resolve
 from kvwise.doctor.runtime_options import REMEDIES
 from kvwise.doctor.text import read_log
 from kvwise.planner import Plan, plan
+from kvwise.planner.memory import CUDA_CONTEXT_BYTES
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ def _free_bytes(parsed: ParsedLog, anchor: int | None) -> float | None:
     """Memory free for vLLM at start-up when the log or an nvidia-smi dump shows it."""
     free = parsed.figure("free_at_startup_bytes", anchor)
     if free is not None:
-        return free
+        # vLLM printed it after creating its CUDA context; the planner's free figure is the
+        # card's before vLLM runs (as NVML reads it), and takes the context off itself
+        return free + CUDA_CONTEXT_BYTES
     total = parsed.figure("total_bytes", anchor)
     if total is None:
         return None

@@ -65,7 +65,8 @@ def resolve_gpu(
     refused: dict[str, str] = {}
     for name in ((hint,) if hint else ()) + names:
         try:
-            spec = find_gpu(name)
+            # the total vLLM logged narrows a family name ("NVIDIA A100") to its memory size
+            spec = find_gpu(name, total_bytes / GIB if total_bytes else None)
         except KvwiseError as exc:
             refused.setdefault(name, str(exc))
             continue
