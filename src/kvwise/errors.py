@@ -5,6 +5,7 @@
     │   ├── UnknownModelError       no such model in the catalog, on disk or on the hub
     │   ├── UnknownGpuError         no such GPU in the catalog
     │   ├── InvalidFlagError        a flag value vLLM would reject, or that makes no sense
+    │   │   └── UnsupportedHardwareError  vLLM refuses this model or flag on this card (kernels)
     │   └── UnsupportedModelError   an architecture kvwise does not model (refused, never guessed)
     ├── DataError                   a file kvwise reads is malformed (config.json, log, results)
     └── UpstreamError               an engine or endpoint kvwise talks to misbehaved
@@ -34,6 +35,10 @@ class UnknownGpuError(UsageError):
 
 
 class InvalidFlagError(UsageError):
+    pass
+
+
+class UnsupportedHardwareError(InvalidFlagError):
     pass
 
 

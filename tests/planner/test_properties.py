@@ -15,7 +15,7 @@ from kvwise.core.catalog import catalog_entries
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import list_gpus
 from kvwise.core.models import ModelSpec
-from kvwise.errors import UnsupportedModelError
+from kvwise.errors import UnsupportedHardwareError, UnsupportedModelError
 from kvwise.planner import Plan, plan
 
 
@@ -60,8 +60,9 @@ def _plan(setup: dict, **flags: object) -> Plan:
         return plan(
             MODELS[setup["model"]], GPUS[setup["gpu"]], vllm_flags, vllm_version=setup["version"]
         )
-    except UnsupportedModelError:
-        # refused on this release (hybrid Mamba models before 0.11): no pool to compare
+    except (UnsupportedModelError, UnsupportedHardwareError):
+        # refused on this release (hybrid Mamba models before 0.11) or card (AWQ on a V100):
+        # no pool to compare
         assume(False)
         raise
 

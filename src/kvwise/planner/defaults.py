@@ -18,7 +18,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import SLIDING, ModelSpec
 from kvwise.core.quant import QUANTIZATION_FLAGS
-from kvwise.errors import InvalidFlagError
+from kvwise.errors import InvalidFlagError, UnsupportedHardwareError
 from kvwise.planner.result import ResolvedFlags
 
 DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE on CUDA
@@ -210,16 +210,49 @@ def _check_parallel(model: ModelSpec, tp: int) -> None:
         )
 
 
-def _check_quantization(model: ModelSpec, flags: VllmFlags) -> str | None:
+def _check_quantization(
+    model: ModelSpec, flags: VllmFlags, gpu: GpuSpec, version: str
+) -> str | None:
     method = flags.quantization
     if model.quant is not None:
-        return method or model.quant.method
-    if method in (None, "fp8", "bitsandbytes"):
-        return method  # fp8 and bitsandbytes can quantize a 16-bit checkpoint while loading
-    raise InvalidFlagError(
-        f"--quantization {method} needs a checkpoint quantized with {method}; "
-        f"{model.model_id} is not (use a quantized variant, or --quantization fp8)"
-    )
+        method = method or model.quant.method
+    elif method not in (None, "fp8", "bitsandbytes"):
+        # only fp8 and bitsandbytes quantize a 16-bit checkpoint while loading
+        raise InvalidFlagError(
+            f"--quantization {method} needs a checkpoint quantized with {method}; "
+            f"{model.model_id} is not (use a quantized variant, or --quantization fp8)"
+        )
+    _check_quant_capability(method, gpu, version)
+    return method
+
+
+@cache
+def _quant_capability_rules() -> list[dict[str, Any]]:
+    raw = resources.files("kvwise.core").joinpath("data/quant_capability.json").read_text()
+    return list(json.loads(raw)["rules"])
+
+
+def min_capability(method: str, version: str) -> int | None:
+    """The compute capability (x10) vLLM `version` needs for `method`; None: not checked."""
+    wanted = parse_version(version)
+    found: int | None = None
+    for rule in _quant_capability_rules():
+        if parse_version(rule["since"]) <= wanted and method in rule["min_capability"]:
+            found = int(rule["min_capability"][method])
+    return found
+
+
+def _check_quant_capability(method: str | None, gpu: GpuSpec, version: str) -> None:
+    """vLLM's start-up check of the card against the quantization kernels (in its words)."""
+    if method is None or gpu.is_rocm:
+        return
+    needed = min_capability(method, version)
+    have = round(float(gpu.compute_capability) * 10)
+    if needed is not None and have < needed:
+        raise UnsupportedHardwareError(
+            f"The quantization method {method} is not supported for the current GPU. Minimum "
+            f"capability: {needed}. Current capability: {have}. ({gpu.name}; vLLM {version})"
+        )
 
 
 def _derived_max_len(model: ModelSpec, rules: VersionRules) -> tuple[str, int]:
@@ -349,7 +382,7 @@ def resolve_flags(
         max_num_batched_tokens=limits.max_num_batched_tokens,
         kv_cache_dtype=kv_dtype,
         dtype=_runtime_dtype(model, flags, gpu, rules),
-        quantization=_check_quantization(model, flags),
+        quantization=_check_quantization(model, flags, gpu, rules.version),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         enforce_eager=bool(flags.enforce_eager),
