@@ -1,32 +1,53 @@
 """The planner's accuracy on real vLLM start-up logs, printed per release family on every run.
 
 In-sample (the logs the constants were fitted on) and out-of-sample (public logs collected after
-the constants were set, never fitted on) are reported apart; see tests/planner/accuracy.py. The
-floors below are today's measured figures, so that a change that makes the planner worse on data
-it was not tuned on fails here, with the case named.
+the constants were set, never fitted on) are reported apart; see tests/planner/accuracy.py. Every
+case not planned, planned with the wrong verdict, or off by more than 8 % is named in the output.
+The floors are today's measured figures less a small margin, so that a change that makes the
+planner worse on data it was not tuned on fails here. They are not the targets: out of sample
+the planner is still short of a 3 % / 8 % KV-token error on >= 80 % of the cases planned.
 """
 
 from __future__ import annotations
 
-from tests.planner.accuracy import IN_SAMPLE, load, out_of_sample_files, report_lines, score_all
+import statistics
 
-# Out-of-sample floors (measured; the issue tracker holds the targets they fall short of)
-MIN_OUT_OF_SAMPLE_CASES = 60
+from tests.planner.accuracy import (
+    IN_SAMPLE,
+    Scored,
+    load,
+    out_of_sample_files,
+    report_lines,
+    score_all,
+)
+
+
+def _figures(scored: list[Scored]) -> tuple[int, float, float]:
+    """(cases planned, median KV-token error, share of planned cases with vLLM's verdict)"""
+    planned = [s for s in scored if s.is_planned]
+    errors = [e for s in planned if (e := s.token_error) is not None]
+    right = sum(1 for s in planned if s.is_verdict_right)
+    return len(planned), statistics.median(errors), right / len(planned)
 
 
 def test_in_sample_figures_hold(fidelity_report: list[str]) -> None:
     scored = score_all(load(IN_SAMPLE))
     fidelity_report.extend(report_lines("planner in-sample", scored))
-    planned = [s for s in scored if s.is_planned]
-    errors = sorted(e for s in planned if (e := s.token_error) is not None)
-    assert errors[len(errors) // 2] <= 0.03
+    planned, median_error, verdicts = _figures(scored)
+    assert planned >= 22
+    assert median_error <= 0.01
+    assert verdicts >= 0.9
 
 
-def test_out_of_sample_figures_are_reported_with_every_case_accounted_for(
-    fidelity_report: list[str],
-) -> None:
+def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> None:
     scored = score_all(load(out_of_sample_files()))
     fidelity_report.extend(report_lines("planner out-of-sample", scored))
-    assert len(scored) >= MIN_OUT_OF_SAMPLE_CASES
-    assert len({s.id for s in scored}) == len(scored), "record ids must be unique"
-    assert all(s.is_planned or s.reason for s in scored)
+    assert len(scored) >= 100 and len({s.id for s in scored}) == len(scored)
+    planned, median_error, verdicts = _figures(scored)
+    assert (
+        planned >= 30
+    )  # measured 32 of 102: most others name a checkpoint kvwise cannot read offline
+    assert median_error <= 0.04  # measured 3.0 % (12 cases with a logged token count)
+    assert verdicts >= 0.6  # measured 20 of 32
+    # a case that cannot be planned says why in one line (the planner's own error), never a crash
+    assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
