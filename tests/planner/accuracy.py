@@ -176,7 +176,8 @@ def _free_gib(record: dict[str, Any]) -> float | None:
         return None
 
 
-def _flags(record: dict[str, Any]) -> VllmFlags:
+def record_flags(record: dict[str, Any]) -> VllmFlags:
+    """The vLLM flags a record states (None where it does not)."""
     kv_dtype = record.get("kv_cache_dtype")
     return VllmFlags(
         gpu_memory_utilization=record.get("gpu_memory_utilization"),
@@ -224,7 +225,7 @@ def score(record: dict[str, Any]) -> Scored:
     written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
         model = load_model(written)
-        result = plan(model, _gpu(record), _flags(record), vllm_version=version)
+        result = plan(model, _gpu(record), record_flags(record), vllm_version=version)
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     kind = None if result.error is None else result.error.kind

@@ -10,7 +10,7 @@ engine generation their log format shows (ENGINE_VERSIONS).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, find_gpu
 from kvwise.core.models import ModelSpec
 from kvwise.errors import KvwiseError
+from tests.planner.accuracy import record_flags
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
 
@@ -75,19 +76,8 @@ def _version(record: dict[str, Any]) -> str:
 
 
 def _flags(record: dict[str, Any], quant: str | None) -> VllmFlags:
-    kv_dtype = record.get("kv_cache_dtype")
-    return VllmFlags(
-        gpu_memory_utilization=record.get("gpu_memory_utilization"),
-        max_model_len=record.get("max_model_len"),
-        max_num_seqs=record.get("max_num_seqs"),
-        max_num_batched_tokens=record.get("max_num_batched_tokens"),
-        kv_cache_dtype=None if kv_dtype in (None, "auto") else kv_dtype,
-        tensor_parallel_size=record.get("tensor_parallel_size"),
-        pipeline_parallel_size=record.get("pipeline_parallel_size"),
-        enforce_eager=record.get("enforce_eager"),
-        block_size=record.get("block_size"),
-        quantization=quant,
-    )
+    # the flags as stated, with the --quantization the user ran with (MODEL_NAMES)
+    return replace(record_flags(record), quantization=quant)
 
 
 def to_case(record: dict[str, Any]) -> Case | str:
