@@ -13,6 +13,15 @@ from kvwise.core.gpus import GpuSpec, find_gpu, list_gpus
 from kvwise.core.weights import count_params
 from kvwise.errors import KvwiseError, UsageError
 
+# `kvwise models` columns, most important first (the id is what `plan` takes)
+_MODEL_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("model", lambda r: r["id"]),
+    ("max len", lambda r: str(r.get("max_position_embeddings") or "")),
+    ("params (B)", lambda r: f"{r['params_b']:.2f}" if r["modelled"] else ""),
+    ("quantization", lambda r: r.get("quantization") or ""),
+    ("architecture", lambda r: r["architecture"] if r["modelled"] else "not modelled"),
+)
+
 
 def _models(as_json: bool) -> int:
     rows: list[dict[str, Any]] = []
@@ -36,25 +45,39 @@ def _models(as_json: bool) -> int:
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0
+    headers = [header for header, _ in _MODEL_COLUMNS]
+    cells = [[cell(row) for _, cell in _MODEL_COLUMNS] for row in rows]
+    _print_table("Offline model catalog", headers, cells, wrapped="architecture")
+    return 0
+
+
+def _print_table(title: str, headers: list[str], cells: list[list[str]], *, wrapped: str) -> None:
+    """A table that keeps the leading columns that fit whole: a narrow terminal or a pipe
+    leaves columns out (saying so) rather than cutting a value someone copies."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Offline model catalog")
-    for column in ("model", "architecture", "params (B)", "quantization", "max len"):
-        table.add_column(column)
-    for row in rows:
-        if row["modelled"]:
-            table.add_row(
-                row["id"],
-                row["architecture"],
-                f"{row['params_b']:.2f}",
-                row["quantization"] or "",
-                str(row["max_position_embeddings"]),
-            )
+    console = Console()
+    if max(len(row[0]) for row in [headers, *cells]) + 4 > console.width:
+        # not even the first column fits in a box: one value a line, whole
+        console.print(f"{title} ({headers[0]} only at this width; --json has all)")
+        for row in cells:
+            console.print(row[0], soft_wrap=True, markup=False, highlight=False)
+        return
+    shown = _columns_that_fit(headers, cells, console.width, wrapped)
+    left_out = len(headers) - shown
+    table = Table(
+        title=title,
+        caption=f"{left_out} columns left out at this width; --json has all" if left_out else None,
+    )
+    for index, header in enumerate(headers[:shown]):
+        if index == 0:  # the value to copy: folded at the edge of a very narrow terminal, never cut
+            table.add_column(header, overflow="fold")
         else:
-            table.add_row(row["id"], "not modelled", "", "", "")
-    Console().print(table)
-    return 0
+            table.add_column(header, no_wrap=header != wrapped)
+    for row in cells:
+        table.add_row(*row[:shown])
+    console.print(table)
 
 
 # `kvwise gpus` columns, most important first: on a narrow terminal or a pipe the table keeps
@@ -84,13 +107,13 @@ def _gpu_row(g: GpuSpec) -> dict[str, Any]:
     }
 
 
-def _columns_that_fit(cells: list[list[str]], width: int) -> int:
+def _columns_that_fit(headers: list[str], cells: list[list[str]], width: int, wrapped: str) -> int:
     """How many leading columns fit in `width` (each column costs its text plus 3 for padding
-    and border; the wrapped column counts its longest word)."""
+    and border; the `wrapped` column counts its longest word)."""
     used, count = 1, 0
-    for index, (header, _) in enumerate(_GPU_COLUMNS):
+    for index, header in enumerate(headers):
         texts = [header] + [row[index] for row in cells]
-        if header == _WRAPPED_COLUMN:
+        if header == wrapped:
             need = max(len(word) for text in texts for word in text.split())
         else:
             need = max(len(text) for text in texts)
@@ -118,22 +141,9 @@ def _gpus(as_json: bool, query: str | None = None) -> int:
     if as_json:
         print(json.dumps([_gpu_row(g) for g in gpus], indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
     cells = [[cell(g) for _, cell in _GPU_COLUMNS] for g in gpus]
-    shown = _columns_that_fit(cells, console.width)
-    left_out = len(_GPU_COLUMNS) - shown
-    table = Table(
-        title="GPU catalog (memory as CUDA reports it)",
-        caption=f"{left_out} columns left out at this width; --json has all" if left_out else None,
-    )
-    for header, _ in _GPU_COLUMNS[:shown]:
-        table.add_column(header, no_wrap=header != _WRAPPED_COLUMN)
-    for row in cells:
-        table.add_row(*row[:shown])
-    console.print(table)
+    headers = [header for header, _ in _GPU_COLUMNS]
+    _print_table("GPU catalog (memory as CUDA reports it)", headers, cells, wrapped=_WRAPPED_COLUMN)
     return 0
 
 

@@ -162,8 +162,11 @@ def run_explain(base: Plan, flags: VllmFlags, *, as_json: bool) -> int:
     console = Console()
     render(base, console)
     table = Table(title="What each knob changes on this deployment", title_justify="left")
-    for column in ("knob", "folk tip", "effect (computed)"):
-        table.add_column(column)
+    # the knob is a flag to copy: its column is as wide as its longest flag, which is never cut
+    longest_flag = max((len(w) for e in effects for w in e.knob.name.split()), default=4)
+    table.add_column("knob", overflow="fold", width=longest_flag)
+    table.add_column("folk tip")
+    table.add_column("effect (computed)")
     for effect in effects:
         table.add_row(effect.knob.name, effect.knob.folk_tip, effect.note)
     console.print(table)
