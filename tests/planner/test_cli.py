@@ -72,7 +72,7 @@ def test_pasted_vllm_command_is_planned(capsys: pytest.CaptureFixture[str]) -> N
     assert (
         data["flags"]["max_model_len"] == 8192 and data["flags"]["gpu_memory_utilization"] == 0.85
     )
-    assert "--disable-log-requests is not modelled" in captured.err
+    assert "--disable-log-requests changes no memory figure" in captured.err
 
 
 @pytest.mark.parametrize(
@@ -175,3 +175,29 @@ def test_lora_on_a_moe_model_is_one_not_modelled_line() -> None:
     done = _run("plan", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--enable-lora")
     assert done.returncode == 2
     assert "not modelled: LoRA" in done.stderr and "Traceback" not in done.stderr
+
+
+TOOL_FLAGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+
+def test_pasted_flags_kvwise_does_not_model_are_kept_in_the_printed_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pasted = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "16384"]
+    assert main(["plan", "--gpu", "rtx4090", "--", *pasted, *TOOL_FLAGS]) == 0
+    captured = capsys.readouterr()
+    command = next(line for line in captured.out.splitlines() if line.startswith("vllm serve"))
+    # one line, however narrow the terminal, with the agent's tool-calling flags as pasted
+    assert command.endswith(" ".join(TOOL_FLAGS)) and "--max-model-len 16384" in command
+    assert "--tool-call-parser" in captured.err  # and the user is told they change no figure
+
+
+def test_a_recommendation_keeps_them_too_and_names_the_gpu_by_its_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pasted = ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", *TOOL_FLAGS]
+    argv = ["plan", "--gpu", "rtx4090", "--workload", "agent", "--sessions", "4", "--turns", "6"]
+    assert main([*argv, "--json", "--", *pasted]) == 0
+    best = json.loads(capsys.readouterr().out)["recommendations"][0]["commands"]
+    assert best["vllm"].endswith(" ".join(TOOL_FLAGS))
+    assert "--gpu rtx4090 --launch" in best["kvwise_serve"]

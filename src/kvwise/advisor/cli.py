@@ -41,9 +41,9 @@ def run_recommend(
     from kvwise.advisor.report import render, to_json
 
     if args.json:
-        print(json.dumps(to_json(result, gpu.name), indent=2))
+        print(json.dumps(to_json(result), indent=2))
     else:
         from rich.console import Console
 
-        render(result, Console(), gpu.name)
+        render(result, Console())
     return 0 if result.best is not None else 1

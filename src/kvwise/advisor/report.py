@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvwise.advisor import Recommendation
@@ -33,7 +34,7 @@ def _metrics_row(evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
-def commands(evaluation: Evaluation, gpu_name: str) -> dict[str, str]:
+def commands(evaluation: Evaluation) -> dict[str, str]:
     candidate, result = evaluation.candidate, evaluation.plan
     defaults = default_flags(candidate.model, result.gpu, result.vllm_version)
     serve = vllm_command(candidate.model.model_id, result.flags, defaults)
@@ -46,10 +47,12 @@ def commands(evaluation: Evaluation, gpu_name: str) -> dict[str, str]:
     sglang = sglang_command(
         plan_sglang(candidate.model, result.gpu, candidate.flags), candidate.flags
     )
-    gateway = ["kvwise", "serve", candidate.model.model_id, "--gpu", gpu_name, "--launch"]
-    gateway += (
-        serve.split("\n")[0].split(candidate.model.model_id, 1)[1].split(" --port")[0].split()
-    )
+    card = result.gpu  # the catalog key --gpu takes, or the size of a card known only by size
+    gpu_args = ["--gpu", card.key] if card.key else ["--gpu-memory-gib", f"{card.memory_gib:.2f}"]
+    gateway = ["kvwise", "serve", candidate.model.model_id, *gpu_args, "--launch"]
+    # the flags the gateway plans with (it does not pass unmodelled engine flags through)
+    modelled = replace(result.flags, extra_args=())
+    gateway += shlex.split(vllm_command(candidate.model.model_id, modelled, defaults))[3:]
     if candidate.replicas > 1:
         gateway += ["--replicas", str(candidate.replicas)]
     gateway.append("--session-history")
@@ -132,7 +135,7 @@ def reasons(rec: Recommendation) -> list[str]:
     return out
 
 
-def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
+def to_json(rec: Recommendation) -> dict[str, Any]:
     def entry(e: Evaluation) -> dict[str, Any]:
         return {
             "label": e.candidate.label(),
@@ -141,7 +144,7 @@ def to_json(rec: Recommendation, gpu_name: str) -> dict[str, Any]:
             "meets_objectives": e.meets(rec.objectives) if rec.objectives.is_set else None,
             "flags": e.plan.to_json()["flags"],
             "predicted": _metrics_row(e),
-            "commands": commands(e, gpu_name),
+            "commands": commands(e),
         }
 
     return {
@@ -234,7 +237,7 @@ def _min_width(columns: list[tuple[str, Any]]) -> int:
     )
 
 
-def render(rec: Recommendation, console: Any, gpu_name: str) -> None:
+def render(rec: Recommendation, console: Any) -> None:
     console.print(f"[bold]Workload:[/] {rec.workload.description}", highlight=False)
     console.print(_table(rec, console.width))
     if rec.best is not None:
@@ -243,12 +246,12 @@ def render(rec: Recommendation, console: Any, gpu_name: str) -> None:
     for line in reasons(rec):
         console.print(f"  - {line}", highlight=False)
     if rec.best is not None:
-        cmds = commands(rec.best, gpu_name)
+        cmds = commands(rec.best)
         console.print("\n[bold]Run it:[/]")
-        console.print(cmds["vllm"], markup=False, highlight=False)
+        console.print(cmds["vllm"], markup=False, highlight=False, soft_wrap=True)
         console.print("[bold]SGLang equivalent:[/]")
-        console.print(cmds["sglang"], markup=False, highlight=False)
+        console.print(cmds["sglang"], markup=False, highlight=False, soft_wrap=True)
         console.print(
             "[bold]Behind kvwise's gateway (KV-token admission, fair queue, sessions):[/]"
         )
-        console.print(cmds["kvwise_serve"], markup=False, highlight=False)
+        console.print(cmds["kvwise_serve"], markup=False, highlight=False, soft_wrap=True)

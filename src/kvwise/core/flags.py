@@ -80,6 +80,9 @@ class VllmFlags:
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None  # adapters cached in host memory (>= max_loras)
     lora_dtype: str | None = None  # "auto" = the model's dtype
+    # vLLM flags kvwise does not model (--enable-auto-tool-choice, --tool-call-parser hermes...),
+    # as pasted: they change no memory figure and go verbatim into every command kvwise prints
+    extra_args: tuple[str, ...] | None = None
 
     def set_values(self) -> dict[str, Any]:
         """The flags the user set, vLLM's names with underscores."""
@@ -218,7 +221,7 @@ def flags_from_args(args: argparse.Namespace) -> VllmFlags:
 class ParsedCommand:
     model: str
     flags: VllmFlags
-    ignored: tuple[str, ...]  # flags kvwise does not model (reported, not fatal)
+    ignored: tuple[str, ...]  # flags kvwise does not model (reported, kept in `flags.extra_args`)
 
 
 def parse_vllm_command(argv: list[str] | str) -> ParsedCommand:
@@ -238,4 +241,5 @@ def parse_vllm_command(argv: list[str] | str) -> ParsedCommand:
     if not model:
         raise InvalidFlagError("the pasted command names no model (vllm serve MODEL ...)")
     ignored = tuple(t for t in unknown if t.startswith("-"))
-    return ParsedCommand(model=model, flags=flags_from_args(args), ignored=ignored)
+    flags = replace(flags_from_args(args), extra_args=tuple(unknown) or None)
+    return ParsedCommand(model=model, flags=flags, ignored=ignored)

@@ -91,7 +91,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
         command = parse_vllm_command(pasted)
         flags = flags_from_args(args).merged(**command.flags.set_values())
         for ignored in command.ignored:
-            print(f"kvwise plan: note: {ignored} is not modelled and was ignored", file=sys.stderr)
+            print(
+                f"kvwise plan: note: {ignored} changes no memory figure kvwise models; "
+                "kept as pasted in the commands it prints",
+                file=sys.stderr,
+            )
         return args, command.model, flags
     if not args.model:
         raise UsageError(

@@ -397,6 +397,7 @@ def resolve_flags(
         cpu_offload_gb=flags.cpu_offload_gb or 0.0,
         swap_space=rules.default_swap_space_gib if flags.swap_space is None else flags.swap_space,
         num_gpu_blocks_override=flags.num_gpu_blocks_override,
+        extra_args=flags.extra_args or (),
     )
 
 

@@ -43,6 +43,7 @@ def vllm_command(model_id: str, flags: ResolvedFlags, defaults: ResolvedFlags | 
         parts += [f"--{name.replace('_', '-')}", str(value)]
     if flags.enforce_eager and not (defaults and defaults.enforce_eager):
         parts.append("--enforce-eager")
+    parts += flags.extra_args  # what kvwise does not model, as the user wrote it
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -126,4 +127,5 @@ def render(plan: Plan, console: Console) -> None:
         console.print(f"[magenta]not modelled:[/] {part}", highlight=False)
     defaults = default_flags(plan.model, plan.gpu, plan.vllm_version)
     command = vllm_command(plan.model.model_id, plan.flags, defaults)
-    console.print(f"\n{command}", markup=False, highlight=False)
+    # one line however narrow the terminal: a wrapped command would not paste whole
+    console.print(f"\n{command}", markup=False, highlight=False, soft_wrap=True)

@@ -39,6 +39,7 @@ class ResolvedFlags:
     cpu_offload_gb: float = 0.0
     swap_space: float = 0.0
     num_gpu_blocks_override: int | None = None
+    extra_args: tuple[str, ...] = ()  # flags not modelled, passed through as pasted
 
 
 @dataclass(frozen=True)
