@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("kvwise.bench.cli", "multi-turn load against any OpenAI-compatible endpoint"),
     "calibrate": ("kvwise.bench.calibrate_cli", "fit the step-time model from bench results"),
     "doctor": ("kvwise.doctor.cli", "explain a vLLM start-up log or traceback"),
+    "deploy": ("kvwise.deploy.cli", "Kubernetes, Helm or Ray files with the planned flags"),
     "models": ("kvwise.core.catalog_cli", "list the offline model catalog"),
     "gpus": ("kvwise.core.catalog_cli", "list the GPU catalog"),
 }
