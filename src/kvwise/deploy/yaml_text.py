@@ -8,6 +8,7 @@ double-quoted style). Tests read every artefact back with PyYAML and compare.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -21,14 +22,41 @@ _RESERVED = {
 def _scalar(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float(value)
     if value is None:
         return "null"
     text = str(value)
     if _PLAIN.match(text) and text.lower() not in _RESERVED:
         return text
-    return json.dumps(text)
+    return _quoted(text)
+
+
+# characters written raw in a quoted scalar: YAML's printable set less its line breaks (\x85,
+# \u2028, \u2029) and the byte-order mark; everything else is escaped as \uXXXX
+_ESCAPED = re.compile(
+    r"[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]"
+)
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted scalar: JSON's escapes for quotes, backslashes and control characters
+    (valid YAML escapes), other characters raw unless YAML forbids them raw."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", quoted)
+
+
+def _float(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"no YAML form for {value} in a manifest")
+    text = repr(value)
+    # YAML 1.1 (PyYAML, Kubernetes' sigs.k8s.io/yaml) reads an exponent as a float only with a dot
+    mantissa, _, exponent = text.partition("e")
+    if exponent and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent if exponent[0] in '+-' else '+' + exponent}"
+    return text
 
 
 def _lines(value: Any, indent: int) -> list[str]:
