@@ -4,9 +4,9 @@ unknown keys rejected, one replica group per replica with the plan's flags, the 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
-import json
 from pathlib import Path
 from typing import Any
 
