@@ -27,6 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from kvwise.deploy.startup import ENGINE_INIT_S, LOAD_RATE_MB_S
+    from kvwise.deploy.workload import add_workload_options
 
     parser = _Parser(prog="kvwise deploy", description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="HF id, catalog name, local dir or config.json")
@@ -35,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vllm-version", help="vLLM release to plan for and pin the image to")
     parser.add_argument("--target", choices=TARGETS, required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the files into")
-    parser.add_argument("--replicas", type=int, default=1, help="vLLM replicas (k8s, helm)")
+    parser.add_argument(
+        "--replicas", type=int, help="vLLM replicas (k8s, helm; default 1, or as --workload picks)"
+    )
     parser.add_argument("--name", default="vllm", help="name of the replicas (and Helm release)")
     parser.add_argument("--gateways", type=int, default=2, help="kvwise gateway pods (>= 2)")
     parser.add_argument("--gateway-image", help="image with kvwise[serve] (default kvwise:VERSION)")
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
     add_vllm_flags(parser)
+    add_workload_options(parser)
     return parser
 
 
@@ -87,10 +91,13 @@ def _check_counts(args: argparse.Namespace) -> None:
         )
     if args.target != "ray" and (args.nodes or args.gpus_per_node):
         raise UsageError("--nodes and --gpus-per-node are for --target ray")
-    if args.target == "ray" and args.replicas != 1:
+    if args.target == "ray" and (args.replicas or args.kind):
         raise UsageError(
-            "--target ray runs one vLLM instance per Ray cluster; --replicas is for k8s/helm"
+            "--target ray runs one vLLM instance per Ray cluster; "
+            "--replicas and --workload are for k8s/helm"
         )
+    if args.replicas and args.kind:
+        raise UsageError("give --replicas or --workload (which picks the replicas), not both")
 
 
 def ray_layout(args: argparse.Namespace, flags: VllmFlags) -> VllmFlags:
@@ -115,6 +122,15 @@ def run(argv: list[str]) -> int:
     _check_counts(args)
     if args.target == "ray":
         flags = ray_layout(args, flags)
+    if args.kind:
+        from kvwise.deploy.workload import recommended
+
+        choice = recommended(args, model_name, flags)
+        model_name, flags, args.replicas = choice.model_name, choice.flags, choice.num_replicas
+        print(
+            f"kvwise deploy: the advisor picked {choice.label} for this workload", file=sys.stderr
+        )
+    args.replicas = args.replicas or 1
     result = build(args, model_name, flags)
     if args.json:
         print(json.dumps(result, indent=2))
