@@ -70,6 +70,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
     args = build_parser().parse_args(own)
     if pasted is not None:
         command = parse_vllm_command(pasted)
+        if args.model and args.model != command.model:
+            raise UsageError(f"two models: {args.model} and the pasted {command.model}; give one")
         return args, command.model, flags_from_args(args).merged(**command.flags.set_values())
     if not args.model:
         raise UsageError(

@@ -111,7 +111,7 @@ def render_helm(spec: DeploySpec, out_dir: str, enable_prefix_caching: bool) -> 
     values = header + dump(helm_values(spec, enable_prefix_caching))
     release, out = spec.options.name, shlex.quote(out_dir)
     steps = (
-        secret_step(),
+        secret_step(is_optional=False),  # the chart's secretKeyRef is not optional
         image_step(spec, out_dir),
         f"helm repo add vllm {CHART_REPO}",
         f"helm install {release} vllm/vllm-stack --version {CHART_VERSION} -f {out}/values.yaml",

@@ -13,10 +13,11 @@ from kvwise.deploy.spec import GATEWAY_PORT, HF_TOKEN_KEY, HF_TOKEN_SECRET, Depl
 from kvwise.deploy.yaml_text import dump_all
 
 
-def secret_step() -> str:
+def secret_step(is_optional: bool = True) -> str:
+    when = "gated models only" if is_optional else "the chart requires it, even for public models"
     return (
         f"kubectl create secret generic {HF_TOKEN_SECRET} "
-        f'--from-literal={HF_TOKEN_KEY}="$HF_TOKEN"   # gated models only'
+        f'--from-literal={HF_TOKEN_KEY}="$HF_TOKEN"   # {when}'
     )
 
 
