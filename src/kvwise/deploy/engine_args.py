@@ -2,8 +2,8 @@
 
 The planned flags come from the planner's own command (`planner.report.vllm_command` without
 defaults, so every modelled flag is written out, not left to the image's release), then the
-switches the command leaves to vLLM's default when the plan turned them the other way, the
-user's LoRA flags, and last the flags kvwise does not model, verbatim (`Plan.flags.extra_args`).
+switches the command leaves to vLLM's default when the plan turned them the other way, and last
+the flags kvwise does not model, verbatim (`Plan.flags.extra_args`).
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from kvwise.core.flags import VllmFlags
 from kvwise.planner import Plan
 from kvwise.planner.defaults import default_flags
 from kvwise.planner.report import vllm_command
 
-# the user's LoRA flags, written as given: the plan charges their memory (planner/lora.py)
-_LORA_FLAGS = ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype")
 # on/off switches the planner resolves but its command leaves out when they match vLLM's default
 _SWITCHES = ("enable_prefix_caching", "enable_chunked_prefill")
 
@@ -38,20 +35,10 @@ def _switch_args(plan: Plan) -> list[str]:
     return args
 
 
-def _lora_args(flags: VllmFlags) -> list[str]:
-    if not flags.enable_lora:
-        return []
-    args = ["--enable-lora"]
-    for name in _LORA_FLAGS:
-        value = getattr(flags, name)
-        if value is not None:
-            args += [f"--{name.replace('_', '-')}", str(value)]
-    return args
-
-
-def engine_args(plan: Plan, flags: VllmFlags) -> list[str]:
-    """Everything after `vllm serve MODEL`: planned flags, switches, LoRA, unmodelled extras."""
-    return [*planned_args(plan), *_switch_args(plan), *_lora_args(flags), *plan.flags.extra_args]
+def engine_args(plan: Plan) -> list[str]:
+    """Everything after `vllm serve MODEL`: planned flags (LoRA's too), switches, unmodelled
+    extras."""
+    return [*planned_args(plan), *_switch_args(plan), *plan.flags.extra_args]
 
 
 def gateway_plan_args(plan: Plan) -> list[str]:

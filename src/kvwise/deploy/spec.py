@@ -60,7 +60,7 @@ def from_plan(plan: Plan, flags: VllmFlags, options: DeployOptions) -> DeploySpe
         model_id=plan.model.model_id,
         vllm_version=plan.vllm_version,
         image=f"{VLLM_IMAGE}:v{plan.vllm_version}",
-        engine_args=tuple(engine_args(plan, flags)),
+        engine_args=tuple(engine_args(plan)),
         gateway_plan_args=tuple(gateway_plan_args(plan)),
         tensor_parallel_size=plan.flags.tensor_parallel_size,
         pipeline_parallel_size=plan.flags.pipeline_parallel_size,

@@ -397,6 +397,11 @@ def resolve_flags(
         cpu_offload_gb=flags.cpu_offload_gb or 0.0,
         swap_space=rules.default_swap_space_gib if flags.swap_space is None else flags.swap_space,
         num_gpu_blocks_override=flags.num_gpu_blocks_override,
+        enable_lora=bool(flags.enable_lora),
+        max_loras=flags.max_loras,
+        max_lora_rank=flags.max_lora_rank,
+        max_cpu_loras=flags.max_cpu_loras,
+        lora_dtype=flags.lora_dtype,
         extra_args=flags.extra_args or (),
     )
 

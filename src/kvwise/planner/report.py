@@ -43,8 +43,26 @@ def vllm_command(model_id: str, flags: ResolvedFlags, defaults: ResolvedFlags | 
         parts += [f"--{name.replace('_', '-')}", str(value)]
     if flags.enforce_eager and not (defaults and defaults.enforce_eager):
         parts.append("--enforce-eager")
+    if defaults is not None and flags.enable_prefix_caching != defaults.enable_prefix_caching:
+        parts.append(
+            "--enable-prefix-caching"
+            if flags.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
+    parts += _lora_args(flags)
     parts += flags.extra_args  # what kvwise does not model, as the user wrote it
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _lora_args(flags: ResolvedFlags) -> list[str]:
+    if not flags.enable_lora:
+        return []
+    args = ["--enable-lora"]
+    for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype"):
+        value = getattr(flags, name)
+        if value is not None:
+            args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
 
 
 def _gib(value: int) -> str:

@@ -39,6 +39,11 @@ class ResolvedFlags:
     cpu_offload_gb: float = 0.0
     swap_space: float = 0.0
     num_gpu_blocks_override: int | None = None
+    enable_lora: bool = False
+    max_loras: int | None = None  # None: vLLM's default (as the user left it)
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
+    lora_dtype: str | None = None
     extra_args: tuple[str, ...] = ()  # flags not modelled, passed through as pasted
 
 
