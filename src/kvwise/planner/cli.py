@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.core.gpus import GIB, GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
 from kvwise.planner.plan import plan
+
+if TYPE_CHECKING:
+    from kvwise.planner.sglang import SglangFlags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,11 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
-    parser.add_argument(
-        "--mem-fraction-static",
-        type=float,
-        help="SGLang only: weights + KV fraction of free memory",
-    )
+    _add_sglang_flags(parser)
     parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
     )
@@ -56,6 +56,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_flags(parser)
     _add_workload_options(parser)
     return parser
+
+
+def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
+    """SGLang's own flags, under SGLang's names (with --engine sglang)."""
+    group = parser.add_argument_group("SGLang (with --engine sglang)")
+    group.add_argument(
+        "--sglang-version", help="SGLang release whose rules to use (default: newest known)"
+    )
+    group.add_argument(
+        "--mem-fraction-static", type=float, help="weights + KV fraction of free memory"
+    )
+    group.add_argument("--chunked-prefill-size", type=int, help="prefill chunk in tokens")
+    group.add_argument("--cuda-graph-max-bs", type=int, help="largest decode batch captured")
+    group.add_argument("--max-running-requests", type=int, help="requests running at once")
+
+
+def _sglang_flags(args: argparse.Namespace) -> SglangFlags:
+    from kvwise.planner.sglang import SglangFlags
+
+    if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
+        raise UsageError("--mem-fraction-static must be in (0, 1)")
+    return SglangFlags(
+        version=args.sglang_version,
+        mem_fraction_static=args.mem_fraction_static,
+        chunked_prefill_size=args.chunked_prefill_size,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        max_running_requests=args.max_running_requests,
+    )
 
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -112,11 +140,7 @@ def run(argv: list[str]) -> int:
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
-        if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
-            raise UsageError("--mem-fraction-static must be in (0, 1)")
-        return run_sglang(
-            model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
-        )
+        return run_sglang(model, gpu, flags, as_json=args.json, sglang=_sglang_flags(args))
     if args.kind:
         from kvwise.advisor.cli import run_recommend
 

@@ -1,0 +1,142 @@
+"""`kvwise plan --engine sglang`: will SGLang start, and how many KV tokens does its pool hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.planner import memory
+from kvwise.planner.defaults import resolve_flags, rules_for
+from kvwise.planner.kv import kv_dtype_bytes
+from kvwise.planner.sglang.fraction import FractionInputs, default_fraction, defaults_for
+from kvwise.planner.sglang.pool import (
+    cell_bytes,
+    max_running_requests,
+    pre_load_free_bytes,
+)
+from kvwise.planner.sglang.releases import MIB, adjusts_multimodal, release_for
+
+
+@dataclass(frozen=True)
+class SglangFlags:
+    """SGLang's own flags that vLLM's set does not carry (None: SGLang's default)."""
+
+    version: str | None = None
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class SglangPlan:
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    family: str
+    mem_fraction_static: float
+    fraction_is_default: bool
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    context_length: int
+    weights_bytes: int
+    pre_load_free_bytes: int
+    static_bytes: int  # mem_fraction_static x free memory before loading
+    kv_bytes: int
+    max_total_num_tokens: int
+    max_running_requests: int
+    error: str | None
+    warnings: tuple[str, ...]
+    not_modelled: tuple[str, ...]
+
+    @property
+    def starts(self) -> bool:
+        return self.error is None
+
+
+def _not_modelled(model: ModelSpec, adjusted_for_vision: bool) -> tuple[str, ...]:
+    notes = list(model.not_modelled)
+    if model.mamba is not None:
+        notes.append(
+            "SGLang's mamba state pool (handle_max_mamba_cache) taken from the same budget"
+        )
+    if model.sliding_window is not None and model.is_hybrid:
+        notes.append(
+            "SGLang's sliding-window pool (swa_full_tokens_ratio); every layer counted full"
+        )
+    if adjusted_for_vision:
+        notes.append(
+            "the vision-size factor (0.8-1.05) of adjust_mem_fraction_for_vlm; only its 0.95 is applied"
+        )
+    return tuple(notes)
+
+
+def _verdict(
+    tokens: int, context: int, fraction: float, error_text: str
+) -> tuple[str | None, tuple[str, ...]]:
+    if tokens <= 0:
+        return f"RuntimeError: {error_text} (--mem-fraction-static={fraction})", ()
+    if tokens < context:
+        # the scheduler caps max_req_input_len at max_total_num_tokens - 1 and starts
+        return None, (
+            f"the KV pool holds {tokens:,} tokens, fewer than --context-length {context}: SGLang "
+            f"starts but rejects longer prompts ('Input length (N tokens) exceeds the maximum "
+            f"allowed length ({tokens - 1} tokens)')",
+        )
+    return None, ()
+
+
+def plan_sglang(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, sglang: SglangFlags | None = None
+) -> SglangPlan:
+    sglang = sglang or SglangFlags()
+    release = release_for(sglang.version)
+    resolved = resolve_flags(model, gpu, flags, rules_for(None))
+    tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
+    gpu_mib = gpu.memory_bytes / MIB
+    chunk, graph_bs = defaults_for(
+        release, gpu_mib, tp, sglang.chunked_prefill_size, sglang.cuda_graph_max_bs
+    )
+    inputs = FractionInputs(
+        gpu_mib,
+        tp,
+        pp,
+        chunk,
+        graph_bs,
+        model.mla is not None,
+        model.vision is not None and adjusts_multimodal(sglang.version),
+    )
+    fraction = sglang.mem_fraction_static or default_fraction(release, inputs)
+    weights = memory.weights_bytes(model, resolved)
+    free = pre_load_free_bytes(gpu, tp)
+    static = int(fraction * free)
+    kv = static - weights
+    cell = cell_bytes(model, tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
+    tokens = kv // cell if kv > 0 else 0
+    context = (
+        resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
+    )
+    error, warnings = _verdict(tokens, context, round(fraction, 3), release.error_text)
+    running = sglang.max_running_requests or max_running_requests(max(tokens, 1), context)
+    return SglangPlan(
+        model,
+        gpu,
+        tp,
+        release.family,
+        fraction,
+        sglang.mem_fraction_static is None,
+        chunk,
+        graph_bs,
+        context,
+        weights,
+        free,
+        static,
+        max(kv, 0),
+        tokens,
+        running,
+        error,
+        warnings,
+        _not_modelled(model, inputs.is_multimodal and sglang.mem_fraction_static is None),
+    )
