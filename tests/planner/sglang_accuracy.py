@@ -16,7 +16,17 @@ from kvwise.planner.sglang import SglangFlags, plan_sglang
 
 RECORDS = Path(__file__).parents[1] / "data" / "validation" / "sglang_startup_logs.jsonl"
 # the card a record names, as `--gpu` takes it (only names that say the card unambiguously)
-GPU_KEYS = {"NVIDIA L4": "l4", "H100": "h100", "B200": "b200", "4090": "rtx4090"}
+GPU_KEYS = {
+    "NVIDIA L4": "l4",
+    "H100": "h100",
+    "H100 SXM": "h100",
+    "H200": "h200",
+    "B200": "b200",
+    "4090": "rtx4090",
+    "RTX 3090": "rtx3090",
+    "RTX 5090": "rtx5090",
+    "A100 80G": "a100-80gb",
+}
 
 
 @dataclass(frozen=True)
