@@ -113,3 +113,29 @@ def test_unknown_release_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[st
     assert main([*argv, "--sglang-version", "0.1.5"]) == 2
     err = capsys.readouterr().err
     assert "not modelled" in err and "Traceback" not in err
+
+
+def test_newer_releases_refuse_in_their_own_words_with_the_fraction_that_would_fit() -> None:
+    result = _plan("Qwen/Qwen2.5-32B-Instruct", "rtx4090", "0.5.15")
+    assert not result.starts
+    error = result.error or ""
+    assert error.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache")
+    minimum = float(error.rsplit("above ", 1)[1])
+    # the fraction SGLang names is the one at which the weights just fit in the static pool
+    assert minimum * result.pre_load_free_bytes == pytest.approx(result.weights_bytes, rel=0.002)
+
+
+def test_the_longest_prompt_is_the_pool_less_six_tokens_as_a_public_log_shows() -> None:
+    # sgl-project/sglang#36583: max_total_num_tokens 1,741 -> "maximum allowed length (1735 tokens)"
+    from kvwise.planner.sglang.plan import max_input_tokens
+
+    assert max_input_tokens(1741, 65536) == 1735
+    assert max_input_tokens(10**6, 8192) == 8186
+
+
+def test_a_fraction_above_the_release_default_warns_about_activation_room() -> None:
+    default = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.5.5")
+    greedy = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.5.5", mem_fraction_static=0.95)
+    assert not any("outside the static pool" in w for w in default.warnings)
+    assert any("outside the static pool" in w for w in greedy.warnings)
+    assert greedy.max_total_num_tokens > default.max_total_num_tokens

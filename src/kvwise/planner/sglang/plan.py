@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvwise.core.flags import VllmFlags
-from kvwise.core.gpus import GpuSpec
+from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner import memory
 from kvwise.planner.defaults import resolve_flags, rules_for
@@ -16,7 +16,15 @@ from kvwise.planner.sglang.pool import (
     max_running_requests,
     pre_load_free_bytes,
 )
-from kvwise.planner.sglang.releases import MIB, adjusts_multimodal, release_for
+from kvwise.planner.sglang.releases import (
+    MIB,
+    SglangRelease,
+    adjusts_multimodal,
+    input_reserved_tokens,
+    release_for,
+)
+
+INPUT_RESERVED_TOKENS = input_reserved_tokens()
 
 
 @dataclass(frozen=True)
@@ -73,19 +81,36 @@ def _not_modelled(model: ModelSpec, adjusted_for_vision: bool) -> tuple[str, ...
     return tuple(notes)
 
 
-def _verdict(
-    tokens: int, context: int, fraction: float, error_text: str
-) -> tuple[str | None, tuple[str, ...]]:
-    if tokens <= 0:
-        return f"RuntimeError: {error_text} (--mem-fraction-static={fraction})", ()
-    if tokens < context:
-        # the scheduler caps max_req_input_len at max_total_num_tokens - 1 and starts
-        return None, (
+def max_input_tokens(tokens: int, context: int) -> int:
+    """The longest prompt SGLang accepts: TpModelWorker's max_req_input_len."""
+    return min(context - 1, tokens - 1) - INPUT_RESERVED_TOKENS
+
+
+def _error(release: SglangRelease, fraction: float, weights: int, free: int) -> str:
+    minimum = weights / free  # SGLang's own: 1 - available after loading / available before
+    return release.error_text.format(fraction=round(fraction, 3), minimum=minimum)
+
+
+def _warnings(
+    tokens: int, context: int, headroom: int, default: tuple[int, float]
+) -> tuple[str, ...]:
+    reserve, default_fraction_value = default
+    notes = []
+    if 0 < tokens < context:
+        # the scheduler caps the prompt at the pool and starts
+        notes.append(
             f"the KV pool holds {tokens:,} tokens, fewer than --context-length {context}: SGLang "
-            f"starts but rejects longer prompts ('Input length (N tokens) exceeds the maximum "
-            f"allowed length ({tokens - 1} tokens)')",
+            "starts but rejects longer prompts ('Input length (N tokens) exceeds the maximum "
+            f"allowed length ({max_input_tokens(tokens, context)} tokens)')"
         )
-    return None, ()
+    if headroom < reserve:
+        notes.append(
+            f"{headroom / GIB:.2f} GiB is left outside the static pool for activations and CUDA "
+            f"graphs, less than the {reserve / GIB:.2f} GiB this release's default "
+            f"(--mem-fraction-static {default_fraction_value:.3f}) leaves: if prefill or graph "
+            "capture runs out of memory, lower --mem-fraction-static towards that default"
+        )
+    return tuple(notes)
 
 
 def plan_sglang(
@@ -118,7 +143,9 @@ def plan_sglang(
     context = (
         resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
     )
-    error, warnings = _verdict(tokens, context, round(fraction, 3), release.error_text)
+    error = _error(release, fraction, weights, free) if tokens <= 0 else None
+    default = default_fraction(release, inputs)
+    warnings = _warnings(tokens, context, free - static, (free - int(default * free), default))
     running = sglang.max_running_requests or max_running_requests(max(tokens, 1), context)
     return SglangPlan(
         model,

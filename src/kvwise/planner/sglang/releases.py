@@ -70,6 +70,10 @@ def adjusts_multimodal(version: str | None) -> bool:
     return version is None or _key(version) >= _key(str(_table()["multimodal_first_release"]))
 
 
+def input_reserved_tokens() -> int:
+    return int(_table()["input_cap"]["reserved_tokens"])
+
+
 def multimodal_reduction() -> float:
     return float(_table()["multimodal_base_reduction"])
 
