@@ -13,7 +13,7 @@ from kvwise.planner.plan import plan as vllm_plan
 from kvwise.planner.sglang.plan import SglangFlags, SglangPlan, plan_sglang
 
 
-def sglang_command(result: SglangPlan, flags: VllmFlags) -> str:
+def sglang_command(result: SglangPlan, flags: VllmFlags, sglang: SglangFlags | None = None) -> str:
     parts = ["python", "-m", "sglang.launch_server", "--model-path", result.model.model_id]
     parts += ["--mem-fraction-static", str(round(result.mem_fraction_static, 3))]
     parts += ["--context-length", str(result.context_length)]
@@ -21,8 +21,16 @@ def sglang_command(result: SglangPlan, flags: VllmFlags) -> str:
         parts += ["--tp", str(result.tp)]
     if flags.kv_cache_dtype and flags.kv_cache_dtype.startswith("fp8"):
         parts += ["--kv-cache-dtype", "fp8_e4m3"]
-    if flags.max_num_seqs:
-        parts += ["--max-running-requests", str(flags.max_num_seqs)]
+    running = (sglang.max_running_requests if sglang else None) or flags.max_num_seqs
+    if running:
+        parts += ["--max-running-requests", str(running)]
+    if sglang is not None:
+        for flag, value in (
+            ("--chunked-prefill-size", sglang.chunked_prefill_size),
+            ("--cuda-graph-max-bs", sglang.cuda_graph_max_bs),
+        ):
+            if value is not None:
+                parts += [flag, str(value)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -30,7 +38,12 @@ def _gib(value: int) -> float:
     return round(value / GIB, 3)
 
 
-def to_json(result: SglangPlan, flags: VllmFlags, vllm_tokens: int | None) -> dict[str, Any]:
+def to_json(
+    result: SglangPlan,
+    flags: VllmFlags,
+    vllm_tokens: int | None,
+    sglang: SglangFlags | None = None,
+) -> dict[str, Any]:
     return {
         "engine": "sglang",
         "sglang_release_family": result.family,
@@ -59,7 +72,7 @@ def to_json(result: SglangPlan, flags: VllmFlags, vllm_tokens: int | None) -> di
         "error": result.error,
         "warnings": list(result.warnings),
         "not_modelled": list(result.not_modelled),
-        "command": sglang_command(result, flags),
+        "command": sglang_command(result, flags, sglang),
         "vllm_kv_tokens_same_flags": vllm_tokens,
     }
 
@@ -97,7 +110,7 @@ def run_sglang(
 ) -> int:
     result = plan_sglang(model, gpu, flags, sglang)
     vllm_result = vllm_plan(model, gpu, flags)
-    data = to_json(result, flags, vllm_result.kv.tokens if vllm_result.starts else None)
+    data = to_json(result, flags, vllm_result.kv.tokens if vllm_result.starts else None, sglang)
     if as_json:
         print(json.dumps(data, indent=2))
     else:
