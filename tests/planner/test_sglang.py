@@ -139,3 +139,16 @@ def test_a_fraction_above_the_release_default_warns_about_activation_room() -> N
     assert not any("outside the static pool" in w for w in default.warnings)
     assert any("outside the static pool" in w for w in greedy.warnings)
     assert greedy.max_total_num_tokens > default.max_total_num_tokens
+
+
+def test_a_pasted_sglang_command_plans_sglang_with_its_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--gpu", "l4", "--sglang-version", "0.4.3", "--json", "--"]
+    command = "python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4 --mem-fraction-static 0.8 --host 0.0.0.0"
+    main([*argv, *command.split()])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["engine"] == "sglang" and data["gpu"]["count"] == 4
+    assert data["mem_fraction_static"] == 0.8
+    assert "--host" in captured.err  # said, not silently dropped

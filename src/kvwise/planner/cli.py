@@ -115,6 +115,8 @@ def _split_pasted(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
     own, pasted = _split_pasted(argv)
     args = build_parser().parse_args(own)
+    if pasted is not None and _is_sglang(pasted):
+        return _parse_sglang_paste(args, pasted)
     if pasted is not None:
         command = parse_vllm_command(pasted)
         flags = flags_from_args(args).merged(**command.flags.set_values())
@@ -130,6 +132,30 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
             "give a MODEL, or paste a command after --: kvwise plan --gpu G -- vllm serve MODEL ..."
         )
     return args, args.model, flags_from_args(args)
+
+
+def _is_sglang(pasted: list[str]) -> bool:
+    from kvwise.planner.sglang.command import is_sglang_command
+
+    return is_sglang_command(pasted)
+
+
+def _parse_sglang_paste(
+    args: argparse.Namespace, pasted: list[str]
+) -> tuple[argparse.Namespace, str, VllmFlags]:
+    """A pasted SGLang command plans SGLang; its flags fill what the options left unset."""
+    from kvwise.planner.sglang.command import parse_sglang_command
+
+    command = parse_sglang_command(pasted)
+    args.engine = "sglang"
+    for field, value in vars(command.sglang).items():
+        if field != "version" and getattr(args, field, None) is None:
+            setattr(args, field, value)
+    for ignored in command.ignored:
+        print(
+            f"kvwise plan: note: {ignored} changes no memory figure kvwise models", file=sys.stderr
+        )
+    return args, command.model, flags_from_args(args).merged(**command.flags.set_values())
 
 
 def run(argv: list[str]) -> int:
