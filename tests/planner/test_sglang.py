@@ -152,3 +152,13 @@ def test_a_pasted_sglang_command_plans_sglang_with_its_flags(
     assert data["engine"] == "sglang" and data["gpu"]["count"] == 4
     assert data["mem_fraction_static"] == 0.8
     assert "--host" in captured.err  # said, not silently dropped
+
+
+def test_hybrid_and_multimodal_models_say_what_sglang_does_that_is_not_modelled() -> None:
+    result = _plan("google/gemma-3-27b-it", "h100", None)
+    notes = " ".join(result.not_modelled)
+    assert "sliding-window pool" in notes and "adjust_mem_fraction_for_vlm" in notes
+    assert "dummy-image" not in notes  # vLLM's encoder profiling is no part of SGLang's start
+    # the multimodal default is 0.95 x the text default of this release on this card
+    text_only = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", None)
+    assert result.mem_fraction_static == pytest.approx(0.95 * text_only.mem_fraction_static)
