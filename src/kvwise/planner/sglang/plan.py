@@ -10,6 +10,7 @@ from kvwise.core.models import ModelSpec
 from kvwise.planner import memory
 from kvwise.planner.defaults import resolve_flags, rules_for
 from kvwise.planner.kv import kv_dtype_bytes
+from kvwise.planner.result import ResolvedFlags
 from kvwise.planner.sglang.fraction import FractionInputs, default_fraction, defaults_for
 from kvwise.planner.sglang.pool import (
     cell_bytes,
@@ -124,57 +125,55 @@ def _warnings(
     return tuple(notes)
 
 
-def plan_sglang(
-    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, sglang: SglangFlags | None = None
-) -> SglangPlan:
-    sglang = sglang or SglangFlags()
+def _fraction_inputs(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, sglang: SglangFlags
+) -> tuple[SglangRelease, FractionInputs]:
+    """The release and what its default fraction depends on (chunk and graph sizes included)."""
     release = release_for(sglang.version)
-    resolved = resolve_flags(model, gpu, flags, rules_for(None))
     tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
     gpu_mib = gpu.memory_bytes / MIB
     chunk, graph_bs = defaults_for(
         release, gpu_mib, tp, sglang.chunked_prefill_size, sglang.cuda_graph_max_bs
     )
-    inputs = FractionInputs(
-        gpu_mib,
-        tp,
-        pp,
-        chunk,
-        graph_bs,
-        model.mla is not None,
-        model.vision is not None and adjusts_multimodal(sglang.version),
-    )
-    fraction = sglang.mem_fraction_static or default_fraction(release, inputs)
+    multimodal = model.vision is not None and adjusts_multimodal(sglang.version)
+    inputs = FractionInputs(gpu_mib, tp, pp, chunk, graph_bs, model.mla is not None, multimodal)
+    return release, inputs
+
+
+def plan_sglang(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, sglang: SglangFlags | None = None
+) -> SglangPlan:
+    sglang = sglang or SglangFlags()
+    resolved = resolve_flags(model, gpu, flags, rules_for(None))
+    release, inputs = _fraction_inputs(model, gpu, resolved, sglang)
+    default = default_fraction(release, inputs)
+    fraction = sglang.mem_fraction_static or default
     weights = memory.weights_bytes(model, resolved)
-    free = pre_load_free_bytes(gpu, tp)
+    free = pre_load_free_bytes(gpu, inputs.tp)
     static = int(fraction * free)
-    kv = static - weights
-    cell = cell_bytes(model, tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
-    tokens = kv // cell if kv > 0 else 0
+    cell = cell_bytes(model, inputs.tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
+    tokens = max(static - weights, 0) // cell
     context = (
         resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
     )
-    error = _error(release, fraction, weights, free) if tokens <= 0 else None
-    default = default_fraction(release, inputs)
-    warnings = _warnings(tokens, context, free - static, (free - int(default * free), default))
-    running = sglang.max_running_requests or max_running_requests(max(tokens, 1), context)
+    is_default = sglang.mem_fraction_static is None
     return SglangPlan(
         model,
         gpu,
-        tp,
+        inputs.tp,
         release.family,
         fraction,
-        sglang.mem_fraction_static is None,
-        chunk,
-        graph_bs,
+        is_default,
+        inputs.chunked_prefill_size,
+        inputs.cuda_graph_max_bs,
         context,
         weights,
         free,
         static,
-        max(kv, 0),
+        max(static - weights, 0),
         tokens,
-        running,
-        error,
-        warnings,
-        _not_modelled(model, inputs.is_multimodal and sglang.mem_fraction_static is None),
+        sglang.max_running_requests or max_running_requests(max(tokens, 1), context),
+        _error(release, fraction, weights, free) if tokens <= 0 else None,
+        _warnings(tokens, context, free - static, (free - int(default * free), default)),
+        _not_modelled(model, inputs.is_multimodal and is_default),
     )
