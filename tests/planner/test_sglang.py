@@ -162,3 +162,15 @@ def test_hybrid_and_multimodal_models_say_what_sglang_does_that_is_not_modelled(
     # the multimodal default is 0.95 x the text default of this release on this card
     text_only = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", None)
     assert result.mem_fraction_static == pytest.approx(0.95 * text_only.mem_fraction_static)
+
+
+def test_early_constants_follow_tp_alone_and_047_follows_tp_times_pp() -> None:
+    model, card = load_model("Qwen/Qwen2.5-7B-Instruct"), resolve_gpu("a100-80gb", None, None)
+
+    def fraction(version: str) -> float:
+        flags = VllmFlags(tensor_parallel_size=2, pipeline_parallel_size=2)
+        return plan_sglang(model, card, flags, SglangFlags(version=version)).mem_fraction_static
+
+    # server_args.py: 0.4.5 tests self.tp_size (2 -> 0.87), 0.4.7 tp_size x pp_size (4 -> 0.85)
+    assert fraction("0.4.5") == 0.87
+    assert fraction("0.4.7") == 0.85

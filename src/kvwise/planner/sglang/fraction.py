@@ -82,7 +82,7 @@ def default_fraction(release: SglangRelease, inputs: FractionInputs) -> float:
     parallel = inputs.tp * inputs.pp
     gpu = inputs.gpu_mib
     if rule == "per_parallel":
-        fraction = _per_parallel(release, parallel if release.family != "0.3" else inputs.tp)
+        fraction = _per_parallel(release, inputs.tp)  # tp_size alone up to 0.4.6
     elif rule == "per_parallel_then_reserve_above_80g":
         limit = release.data["per_parallel_max_mib"]
         reserve = release.data["large_card_reserve_mib"]
