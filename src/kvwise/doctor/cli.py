@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vllm-version", help="the vLLM release, when the log does not print it (e.g. 0.8.1)"
     )
+    parser.add_argument(
+        "--sglang-version", help="the SGLang release, for an SGLang log that does not print it"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
@@ -66,6 +69,8 @@ def run(argv: list[str]) -> int:
     smi = None
     if args.nvidia_smi:
         smi = _read(args.nvidia_smi, "nvidia-smi file").decode("utf-8", errors="replace")
+    if _run_sglang(data, args):
+        return 0
     report = diagnose(
         data,
         nvidia_smi=smi,
@@ -78,3 +83,23 @@ def run(argv: list[str]) -> int:
     else:
         render(report, Console())
     return 0
+
+
+def _run_sglang(data: bytes, args: argparse.Namespace) -> bool:
+    """An SGLang log goes to SGLang's doctor (sglang_report.py); False for any other log."""
+    from kvwise.doctor.sglang_log import is_sglang_log
+    from kvwise.doctor.text import read_log
+
+    text = read_log(data)
+    if not is_sglang_log(text):
+        return False
+    from kvwise.doctor.sglang_report import diagnose_sglang, render_sglang
+
+    report = diagnose_sglang(
+        text, model_hint=args.model, gpu_hint=args.gpu, version_hint=args.sglang_version
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        render_sglang(report, Console())
+    return True

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.core.gpus import GIB, GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
 from kvwise.planner.plan import plan
+
+if TYPE_CHECKING:
+    from kvwise.planner.sglang import SglangFlags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,11 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
-    parser.add_argument(
-        "--mem-fraction-static",
-        type=float,
-        help="SGLang only: weights + KV fraction of free memory",
-    )
+    _add_sglang_flags(parser)
     parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
     )
@@ -56,6 +56,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_flags(parser)
     _add_workload_options(parser)
     return parser
+
+
+def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
+    """SGLang's own flags, under SGLang's names (with --engine sglang)."""
+    group = parser.add_argument_group("SGLang (with --engine sglang)")
+    group.add_argument(
+        "--sglang-version", help="SGLang release whose rules to use (default: newest known)"
+    )
+    group.add_argument(
+        "--mem-fraction-static", type=float, help="weights + KV fraction of free memory"
+    )
+    group.add_argument("--chunked-prefill-size", type=int, help="prefill chunk in tokens")
+    group.add_argument("--cuda-graph-max-bs", type=int, help="largest decode batch captured")
+    group.add_argument("--max-running-requests", type=int, help="requests running at once")
+
+
+def _sglang_flags(args: argparse.Namespace) -> SglangFlags:
+    from kvwise.planner.sglang import SglangFlags
+
+    if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
+        raise UsageError("--mem-fraction-static must be in (0, 1)")
+    return SglangFlags(
+        version=args.sglang_version,
+        mem_fraction_static=args.mem_fraction_static,
+        chunked_prefill_size=args.chunked_prefill_size,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        max_running_requests=args.max_running_requests,
+    )
 
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
@@ -87,6 +115,8 @@ def _split_pasted(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
     own, pasted = _split_pasted(argv)
     args = build_parser().parse_args(own)
+    if pasted is not None and _is_sglang(pasted):
+        return _parse_sglang_paste(args, pasted)
     if pasted is not None:
         command = parse_vllm_command(pasted)
         flags = flags_from_args(args).merged(**command.flags.set_values())
@@ -104,6 +134,30 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
     return args, args.model, flags_from_args(args)
 
 
+def _is_sglang(pasted: list[str]) -> bool:
+    from kvwise.planner.sglang.command import is_sglang_command
+
+    return is_sglang_command(pasted)
+
+
+def _parse_sglang_paste(
+    args: argparse.Namespace, pasted: list[str]
+) -> tuple[argparse.Namespace, str, VllmFlags]:
+    """A pasted SGLang command plans SGLang; its flags fill what the options left unset."""
+    from kvwise.planner.sglang.command import parse_sglang_command
+
+    command = parse_sglang_command(pasted)
+    args.engine = "sglang"
+    for field, value in vars(command.sglang).items():
+        if field != "version" and getattr(args, field, None) is None:
+            setattr(args, field, value)
+    for ignored in command.ignored:
+        print(
+            f"kvwise plan: note: {ignored} changes no memory figure kvwise models", file=sys.stderr
+        )
+    return args, command.model, flags_from_args(args).merged(**command.flags.set_values())
+
+
 def run(argv: list[str]) -> int:
     args, model_name, flags = parse(argv)
     model = load_model(model_name)
@@ -112,11 +166,7 @@ def run(argv: list[str]) -> int:
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
-        if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
-            raise UsageError("--mem-fraction-static must be in (0, 1)")
-        return run_sglang(
-            model, gpu, flags, as_json=args.json, mem_fraction_static=args.mem_fraction_static
-        )
+        return run_sglang(model, gpu, flags, as_json=args.json, sglang=_sglang_flags(args))
     if args.kind:
         from kvwise.advisor.cli import run_recommend
 

@@ -1,0 +1,179 @@
+"""`kvwise plan --engine sglang`: will SGLang start, and how many KV tokens does its pool hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GIB, GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.planner import memory
+from kvwise.planner.defaults import resolve_flags, rules_for
+from kvwise.planner.kv import kv_dtype_bytes
+from kvwise.planner.result import ResolvedFlags
+from kvwise.planner.sglang.fraction import FractionInputs, default_fraction, defaults_for
+from kvwise.planner.sglang.pool import (
+    cell_bytes,
+    max_running_requests,
+    pre_load_free_bytes,
+)
+from kvwise.planner.sglang.releases import (
+    MIB,
+    SglangRelease,
+    adjusts_multimodal,
+    input_reserved_tokens,
+    release_for,
+)
+
+INPUT_RESERVED_TOKENS = input_reserved_tokens()
+
+
+@dataclass(frozen=True)
+class SglangFlags:
+    """SGLang's own flags that vLLM's set does not carry (None: SGLang's default)."""
+
+    version: str | None = None
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class SglangPlan:
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    family: str
+    mem_fraction_static: float
+    fraction_is_default: bool
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    context_length: int
+    weights_bytes: int
+    pre_load_free_bytes: int
+    static_bytes: int  # mem_fraction_static x free memory before loading
+    kv_bytes: int
+    max_total_num_tokens: int
+    max_running_requests: int
+    error: str | None
+    warnings: tuple[str, ...]
+    not_modelled: tuple[str, ...]
+
+    @property
+    def starts(self) -> bool:
+        return self.error is None
+
+
+# weights are sized as vLLM loads them (core/weights.py): one public SGLang log shows the gap
+WEIGHTS_NOTE = (
+    "SGLang's own weight loading: weights are sized as vLLM loads them (QwQ-32B at TP 4: "
+    "SGLang logged 15.54 GiB per GPU, kvwise plans 15.27)"
+)
+
+
+def _not_modelled(model: ModelSpec, adjusted_for_vision: bool) -> tuple[str, ...]:
+    # the model's notes about vLLM's own passes (encoder profiling, MoE backends) do not
+    # apply to SGLang; what remains for SGLang is how its loader sizes the weights
+    notes = [note for note in model.not_modelled if "vLLM" not in note]
+    if len(notes) < len(model.not_modelled):
+        notes.append(WEIGHTS_NOTE)
+    if model.mamba is not None:
+        notes.append(
+            "SGLang's mamba state pool (handle_max_mamba_cache) taken from the same budget"
+        )
+    if model.sliding_window is not None and model.is_hybrid:
+        notes.append(
+            "SGLang's sliding-window pool (swa_full_tokens_ratio); every layer counted full"
+        )
+    if adjusted_for_vision:
+        notes.append(
+            "the vision-size factor (0.8-1.05) of adjust_mem_fraction_for_vlm; only its 0.95 is applied"
+        )
+    return tuple(notes)
+
+
+def max_input_tokens(tokens: int, context: int) -> int:
+    """The longest prompt SGLang accepts: TpModelWorker's max_req_input_len."""
+    return min(context - 1, tokens - 1) - INPUT_RESERVED_TOKENS
+
+
+def _error(release: SglangRelease, fraction: float, weights: int, free: int) -> str:
+    minimum = weights / free  # SGLang's own: 1 - available after loading / available before
+    return release.error_text.format(fraction=round(fraction, 3), minimum=minimum)
+
+
+def _warnings(
+    tokens: int, context: int, headroom: int, default: tuple[int, float]
+) -> tuple[str, ...]:
+    reserve, default_fraction_value = default
+    notes = []
+    if 0 < tokens < context:
+        # the scheduler caps the prompt at the pool and starts
+        notes.append(
+            f"the KV pool holds {tokens:,} tokens, fewer than --context-length {context}: SGLang "
+            "starts but rejects longer prompts ('Input length (N tokens) exceeds the maximum "
+            f"allowed length ({max_input_tokens(tokens, context)} tokens)')"
+        )
+    if headroom < reserve:
+        notes.append(
+            f"{headroom / GIB:.2f} GiB is left outside the static pool for activations and CUDA "
+            f"graphs, less than the {reserve / GIB:.2f} GiB this release's default "
+            f"(--mem-fraction-static {default_fraction_value:.3f}) leaves: if prefill or graph "
+            "capture runs out of memory, lower --mem-fraction-static towards that default"
+        )
+    return tuple(notes)
+
+
+def _fraction_inputs(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, sglang: SglangFlags
+) -> tuple[SglangRelease, FractionInputs]:
+    """The release and what its default fraction depends on (chunk and graph sizes included)."""
+    release = release_for(sglang.version)
+    tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
+    gpu_mib = gpu.memory_bytes / MIB
+    chunk, graph_bs = defaults_for(
+        release, gpu_mib, tp, sglang.chunked_prefill_size, sglang.cuda_graph_max_bs
+    )
+    multimodal = model.vision is not None and adjusts_multimodal(sglang.version)
+    inputs = FractionInputs(gpu_mib, tp, pp, chunk, graph_bs, model.mla is not None, multimodal)
+    return release, inputs
+
+
+def plan_sglang(
+    model: ModelSpec, gpu: GpuSpec, flags: VllmFlags, sglang: SglangFlags | None = None
+) -> SglangPlan:
+    sglang = sglang or SglangFlags()
+    resolved = resolve_flags(model, gpu, flags, rules_for(None))
+    release, inputs = _fraction_inputs(model, gpu, resolved, sglang)
+    default = default_fraction(release, inputs)
+    fraction = sglang.mem_fraction_static or default
+    weights = memory.weights_bytes(model, resolved)
+    free = pre_load_free_bytes(gpu, inputs.tp)
+    static = int(fraction * free)
+    cell = cell_bytes(model, inputs.tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
+    tokens = max(static - weights, 0) // cell
+    context = (
+        resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
+    )
+    is_default = sglang.mem_fraction_static is None
+    return SglangPlan(
+        model,
+        gpu,
+        inputs.tp,
+        release.family,
+        fraction,
+        is_default,
+        inputs.chunked_prefill_size,
+        inputs.cuda_graph_max_bs,
+        context,
+        weights,
+        free,
+        static,
+        max(static - weights, 0),
+        tokens,
+        sglang.max_running_requests or max_running_requests(max(tokens, 1), context),
+        _error(release, fraction, weights, free) if tokens <= 0 else None,
+        _warnings(tokens, context, free - static, (free - int(default * free), default)),
+        _not_modelled(model, inputs.is_multimodal and is_default),
+    )

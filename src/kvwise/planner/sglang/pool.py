@@ -1,0 +1,42 @@
+"""SGLang's KV pool sizing: `ModelRunner.profile_max_num_token` (model_runner.py, 0.3-0.5.x).
+
+rest = free after loading - free before loading x (1 - mem_fraction_static), i.e.
+mem_fraction_static x (free before loading) - weights; tokens = rest // cell, where the cell is
+K and V of every layer for this rank's KV heads, or for MLA the latent plus the rope key once
+per token on every rank (kv_lora_rank + qk_rope_head_dim, no V).
+"""
+
+from __future__ import annotations
+
+from kvwise.core.gpus import GIB, GpuSpec
+from kvwise.core.models import ModelSpec
+from kvwise.planner import memory
+from kvwise.planner.sglang.releases import tp_buffer_constants
+
+
+def cell_bytes(model: ModelSpec, tp: int, kv_bytes: int) -> int:
+    """KV bytes per token on one rank, as profile_max_num_token computes its cell_size."""
+    if model.mla is not None:
+        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * model.num_layers * kv_bytes
+    heads = max(1, model.num_kv_heads // tp)
+    return heads * model.head_dim * model.num_attention_layers * 2 * kv_bytes
+
+
+def tp_buffers_bytes(gpu: GpuSpec, tp: int) -> int:
+    """Communication buffers init_torch_distributed takes before 'Load weight begin'."""
+    if tp <= 1:
+        return 0
+    data = tp_buffer_constants()
+    nvlink = gpu.interconnect_bytes_s >= float(data["nvlink_min_bytes_s"])
+    return int((data["nvlink_gib"] if nvlink else data["pcie_gib"]) * GIB)
+
+
+def pre_load_free_bytes(gpu: GpuSpec, tp: int) -> int:
+    """Free memory SGLang measures before loading weights (the base of the fraction)."""
+    free = gpu.free_bytes or gpu.memory_bytes
+    return free - memory.CUDA_CONTEXT_BYTES - tp_buffers_bytes(gpu, tp)
+
+
+def max_running_requests(tokens: int, context_length: int) -> int:
+    """init_memory_pool's default: min(max(tokens / context x 512, 2048), 4096)."""
+    return int(min(max(tokens / context_length * 512, 2048), 4096))

@@ -1,0 +1,94 @@
+"""SGLang's start-up defaults per release family, read from `core/data/sglang_versions.json`.
+
+Each family is the rule in SGLang's `server_args.py` at the releases it names: the default
+`mem_fraction_static` (a constant per TP size in early 0.4.x, a reserve in MiB later), the
+default `chunked_prefill_size` and `cuda_graph_max_bs` per card class.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from kvwise.errors import UsageError
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class SglangRelease:
+    family: str
+    data: dict[str, Any]
+
+    @property
+    def error_text(self) -> str:
+        return str(self.data["error_text"])
+
+
+@cache
+def _table() -> dict[str, Any]:
+    text = resources.files("kvwise.core.data").joinpath("sglang_versions.json").read_text()
+    return dict(json.loads(text))
+
+
+def _key(version: str) -> tuple[int, ...]:
+    core = version.lstrip("v").split("rc")[0].split(".post")[0].split("+")[0]
+    try:
+        return tuple(int(part) for part in core.split(".")[:3])
+    except ValueError as exc:
+        raise UsageError(f"--sglang-version {version!r}: expected a release such as 0.4.6") from exc
+
+
+def release_for(version: str | None) -> SglangRelease:
+    """The family whose rules `version` runs; None means the newest family kvwise knows."""
+    families = _table()["families"]
+    if version is None:
+        newest = families[-1]
+        return SglangRelease(newest["family"], newest)
+    wanted = _key(version)
+    for family in families:
+        last = family["last"]
+        if _key(family["first"]) <= wanted and (last is None or wanted <= _key(last)):
+            return SglangRelease(family["family"], family)
+    known = ", ".join(f["family"] for f in families)
+    raise UsageError(f"--sglang-version {version}: not modelled (families known: {known})")
+
+
+def reserve_constants() -> dict[str, Any]:
+    return dict(_table()["reserve_formula"])
+
+
+def tp_buffer_constants() -> dict[str, Any]:
+    return dict(_table()["tp_buffers"])
+
+
+def adjusts_multimodal(version: str | None) -> bool:
+    """Whether this release lowers the default fraction for multimodal models (0.4.10+)."""
+    return version is None or _key(version) >= _key(str(_table()["multimodal_first_release"]))
+
+
+def input_reserved_tokens() -> int:
+    return int(_table()["input_cap"]["reserved_tokens"])
+
+
+def multimodal_reduction() -> float:
+    return float(_table()["multimodal_base_reduction"])
+
+
+def _tier(tiers: list[list[Any]], gpu_mib: float) -> list[Any]:
+    for tier in tiers:
+        if tier[0] is None or gpu_mib < tier[0]:
+            return tier
+    raise AssertionError("the last tier has no upper limit")
+
+
+def default_chunked_prefill_size(release: SglangRelease, gpu_mib: float) -> int:
+    return int(_tier(release.data["chunk_tiers"], gpu_mib)[1])
+
+
+def default_cuda_graph_max_bs(release: SglangRelease, gpu_mib: float, tp: int) -> int:
+    tier = _tier(release.data["graph_bs_tiers"], gpu_mib)
+    return int(tier[1] if tp < 4 else tier[2])

@@ -1,0 +1,176 @@
+"""`plan --engine sglang`: SGLang's defaults per release, its pool sizing and its verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvwise.cli import main
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import resolve_gpu
+from kvwise.planner.sglang import SglangFlags, plan_sglang
+
+
+def _plan(model: str, gpu: str | None, version: str | None, gib: float | None = None, **flags: int):
+    card = resolve_gpu(gpu, gib, None)
+    tp = flags.pop("tp", 1)
+    return plan_sglang(
+        load_model(model),
+        card,
+        VllmFlags(tensor_parallel_size=tp),
+        SglangFlags(version=version, **flags),
+    )
+
+
+def test_early_04_releases_use_a_constant_per_tp_size() -> None:
+    # server_args.py at v0.4.0: 0.88 at TP 1, 0.85 at TP 4, 0.81 at TP 8, whatever the card
+    assert _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.4.0").mem_fraction_static == 0.88
+    assert _plan("Qwen/Qwen2.5-72B-Instruct", "h100", "0.4.0", tp=4).mem_fraction_static == 0.85
+    assert (
+        _plan("Qwen/Qwen2.5-72B-Instruct", "a100-80gb", "0.4.5", tp=8).mem_fraction_static == 0.81
+    )
+
+
+def test_046_reserves_13_gib_on_cards_over_80_gib_as_a_public_log_shows() -> None:
+    # sgl-project/sglang#5813 logged mem_fraction_static=0.8639842241317652 on a 97871 MiB card
+    result = _plan("meta-llama/Llama-3.2-1B-Instruct", None, "0.4.6", gib=97871 / 1024)
+    assert result.mem_fraction_static == pytest.approx(0.8639842241317652, rel=1e-9)
+
+
+def test_reserve_grows_with_chunk_and_graph_batch_from_053() -> None:
+    small = _plan("Qwen/Qwen2.5-7B-Instruct", "l40s", "0.5.5", chunked_prefill_size=2048)
+    large = _plan("Qwen/Qwen2.5-7B-Instruct", "l40s", "0.5.5", chunked_prefill_size=16384)
+    assert large.mem_fraction_static < small.mem_fraction_static
+    assert large.max_total_num_tokens < small.max_total_num_tokens
+    # a release before the formula ignores the chunk size in its default
+    old = [
+        _plan("Qwen/Qwen2.5-7B-Instruct", "l40s", "0.4.9", chunked_prefill_size=c)
+        for c in (2048, 16384)
+    ]
+    assert old[0].mem_fraction_static == old[1].mem_fraction_static
+
+
+def test_default_chunk_and_graph_batch_follow_the_card_class() -> None:
+    on_4090 = _plan("Qwen/Qwen2.5-7B-Instruct", "rtx4090", "0.5.5")
+    on_h100 = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.5.5")
+    assert (on_4090.chunked_prefill_size, on_4090.cuda_graph_max_bs) == (2048, 24)
+    assert (on_h100.chunked_prefill_size, on_h100.cuda_graph_max_bs) == (8192, 256)
+
+
+def test_weights_over_the_fraction_fail_in_sglangs_words() -> None:
+    result = _plan("Qwen/Qwen2.5-32B-Instruct", "rtx4090", "0.4.3")
+    assert not result.starts
+    assert "Not enough memory. Please try to increase --mem-fraction-static" in (result.error or "")
+
+
+def test_a_pool_smaller_than_the_context_still_starts_and_says_prompts_are_capped() -> None:
+    model = load_model("Qwen/Qwen2.5-7B-Instruct")
+    flags = VllmFlags(max_model_len=32768)
+    sglang = SglangFlags(version="0.4.3", mem_fraction_static=0.68)
+    result = plan_sglang(model, resolve_gpu("rtx4090", None, None), flags, sglang)
+    assert result.starts
+    assert 0 < result.max_total_num_tokens < 32768
+    assert "exceeds the maximum allowed length" in result.warnings[0]
+
+
+def test_mla_caches_the_latent_and_rope_key_once_per_token_on_every_rank() -> None:
+    one = _plan("deepseek-ai/DeepSeek-V2-Lite-Chat", "h100", None, mem_fraction_static=0.8)
+    two = _plan("deepseek-ai/DeepSeek-V2-Lite-Chat", "h100", None, mem_fraction_static=0.8, tp=2)
+    kv_per_token_one = one.kv_bytes / one.max_total_num_tokens
+    assert kv_per_token_one == pytest.approx((512 + 64) * 27 * 2, rel=0.001)
+    # TP halves the weights per rank but not the cell: more room, same bytes per token
+    assert two.kv_bytes / two.max_total_num_tokens == pytest.approx(kv_per_token_one, rel=0.001)
+
+
+def test_cli_takes_sglangs_flags_and_names_the_family(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--engine", "sglang", "--json"]
+    assert (
+        main(
+            [
+                *argv,
+                "--sglang-version",
+                "0.4.0",
+                "--chunked-prefill-size",
+                "4096",
+                "--cuda-graph-max-bs",
+                "64",
+                "--max-running-requests",
+                "32",
+            ]
+        )
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["sglang_release_family"] == "0.4.0-0.4.2"
+    assert (data["chunked_prefill_size"], data["cuda_graph_max_bs"]) == (4096, 64)
+    assert data["max_running_requests"] == 32
+
+
+def test_unknown_release_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--engine", "sglang"]
+    assert main([*argv, "--sglang-version", "0.1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "not modelled" in err and "Traceback" not in err
+
+
+def test_newer_releases_refuse_in_their_own_words_with_the_fraction_that_would_fit() -> None:
+    result = _plan("Qwen/Qwen2.5-32B-Instruct", "rtx4090", "0.5.15")
+    assert not result.starts
+    error = result.error or ""
+    assert error.startswith("ValueError: Loaded weights leave no GPU memory for the KV cache")
+    minimum = float(error.rsplit("above ", 1)[1])
+    # the fraction SGLang names is the one at which the weights just fit in the static pool
+    assert minimum * result.pre_load_free_bytes == pytest.approx(result.weights_bytes, rel=0.002)
+
+
+def test_the_longest_prompt_is_the_pool_less_six_tokens_as_a_public_log_shows() -> None:
+    # sgl-project/sglang#36583: max_total_num_tokens 1,741 -> "maximum allowed length (1735 tokens)"
+    from kvwise.planner.sglang.plan import max_input_tokens
+
+    assert max_input_tokens(1741, 65536) == 1735
+    assert max_input_tokens(10**6, 8192) == 8186
+
+
+def test_a_fraction_above_the_release_default_warns_about_activation_room() -> None:
+    default = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.5.5")
+    greedy = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", "0.5.5", mem_fraction_static=0.95)
+    assert not any("outside the static pool" in w for w in default.warnings)
+    assert any("outside the static pool" in w for w in greedy.warnings)
+    assert greedy.max_total_num_tokens > default.max_total_num_tokens
+
+
+def test_a_pasted_sglang_command_plans_sglang_with_its_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--gpu", "l4", "--sglang-version", "0.4.3", "--json", "--"]
+    command = "python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4 --mem-fraction-static 0.8 --host 0.0.0.0"
+    main([*argv, *command.split()])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["engine"] == "sglang" and data["gpu"]["count"] == 4
+    assert data["mem_fraction_static"] == 0.8
+    assert "--host" in captured.err  # said, not silently dropped
+
+
+def test_hybrid_and_multimodal_models_say_what_sglang_does_that_is_not_modelled() -> None:
+    result = _plan("google/gemma-3-27b-it", "h100", None)
+    notes = " ".join(result.not_modelled)
+    assert "sliding-window pool" in notes and "adjust_mem_fraction_for_vlm" in notes
+    assert "dummy-image" not in notes  # vLLM's encoder profiling is no part of SGLang's start
+    # the multimodal default is 0.95 x the text default of this release on this card
+    text_only = _plan("Qwen/Qwen2.5-7B-Instruct", "h100", None)
+    assert result.mem_fraction_static == pytest.approx(0.95 * text_only.mem_fraction_static)
+
+
+def test_early_constants_follow_tp_alone_and_047_follows_tp_times_pp() -> None:
+    model, card = load_model("Qwen/Qwen2.5-7B-Instruct"), resolve_gpu("a100-80gb", None, None)
+
+    def fraction(version: str) -> float:
+        flags = VllmFlags(tensor_parallel_size=2, pipeline_parallel_size=2)
+        return plan_sglang(model, card, flags, SglangFlags(version=version)).mem_fraction_static
+
+    # server_args.py: 0.4.5 tests self.tp_size (2 -> 0.87), 0.4.7 tp_size x pp_size (4 -> 0.85)
+    assert fraction("0.4.5") == 0.87
+    assert fraction("0.4.7") == 0.85
