@@ -139,7 +139,7 @@ def test_sglang_plan_reports_its_pool_and_command(capsys: pytest.CaptureFixture[
         == 0
     )
     data = json.loads(capsys.readouterr().out)
-    # SGLang's default fraction on an 80 GB H100 is about 0.83 (the source note in planner/sglang.py)
+    # SGLang's default fraction on an 80 GB H100 is about 0.83 (docs/sglang_rules.md)
     assert data["mem_fraction_static"] == pytest.approx(0.83, abs=0.01)
     assert data["command"].startswith(
         "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct"
