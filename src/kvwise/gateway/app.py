@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,7 +30,7 @@ from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, pr
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest
-from kvwise.gateway.security import ApiKeys, RateLimiter
+from kvwise.gateway.security import OPEN_TENANT, ApiKeys, Caller, RateLimiter, tenant_of_key
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.tokens import load_tokenizer
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
@@ -91,23 +90,23 @@ class Gateway:
         if self.store is not None:
             await self.store.close()
 
-    def authorize(self, scope: Scope) -> str:
-        """The client's identity (its API key, else its address), or 401 / 429."""
-        client = scope["client"][0] if scope.get("client") else "unknown"
+    def authorize(self, scope: Scope) -> Caller:
+        """Who is asking (its tenant and fairness flow), or 401 / 429."""
+        address = scope["client"][0] if scope.get("client") else "unknown"
+        caller = Caller(OPEN_TENANT, address)
         if self.api_keys.is_required:
             key = self.api_keys.check(header(scope, b"authorization"))
             if key is None:
                 raise HttpError(401, "missing or invalid API key", "authentication_error")
-            client = (
-                "key:" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
-            )  # no key text kept
+            tenant = tenant_of_key(key)
+            caller = Caller(tenant, tenant)
         if self.rate_limiter is not None:
-            wait_s = self.rate_limiter.try_take(client)
+            wait_s = self.rate_limiter.try_take(caller.flow)
             if wait_s > 0:
                 self.metrics.rate_limited.inc()
                 raise HttpError(429, "rate limit exceeded for this API key", "rate_limit_exceeded",
                                 headers={"retry-after": str(max(1, round(wait_s)))})  # fmt: skip
-        return client
+        return caller
 
     def mark_down(self, replica: Replica) -> None:
         if replica.is_healthy:
@@ -120,7 +119,9 @@ class Gateway:
     async def store_turn(self, turn: TurnToStore, reply: dict[str, Any]) -> None:
         assert self.store is not None
         try:
-            await self.store.append_turn(turn.session_id, turn.system, [*turn.new_messages, reply])
+            await self.store.append_turn(
+                turn.session_id, turn.system, [*turn.new_messages, reply], turn.num_kept
+            )
         except Exception as exc:  # the client must not take an unstored turn for a stored one
             log.warning("session store failed to store a turn: %s", exc)
             raise store_unavailable("the turn was not stored; send it again") from None

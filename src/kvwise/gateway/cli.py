@@ -102,6 +102,12 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     sessions.add_argument(
         "--session-ttl", type=float, default=7 * DAY_S, help="seconds idle before forgotten"
     )
+    sessions.add_argument(
+        "--session-from-user",
+        action="store_true",
+        help="take the OpenAI `user` field as the session id when X-Session-Id is absent "
+        "(by default `user` only labels the end user, for fairness and routing)",
+    )
     sessions.add_argument("--session-max-messages", type=int, default=2000)
     sessions.add_argument("--session-max-bytes", type=int, default=16 * MIB)
     sessions.add_argument(
@@ -142,6 +148,7 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
         reply_reserve_tokens=args.session_reply_tokens,
         max_prompt_tokens=args.session_max_prompt_tokens,
         trim_low_water=args.session_trim_low_water,
+        is_user_session=args.session_from_user,
     )
 
 

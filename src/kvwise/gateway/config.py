@@ -27,6 +27,7 @@ class SessionConfig:
     reply_reserve_tokens: int  # kept free for the reply when a request sets no max_tokens
     max_prompt_tokens: int | None  # trim histories to this even when max_model_len allows more
     trim_low_water: float = TRIM_LOW_WATER  # cut down to this share of the budget (prefix-stable)
+    is_user_session: bool = False  # the OpenAI `user` field names the session (--session-from-user)
 
 
 @dataclass(frozen=True)

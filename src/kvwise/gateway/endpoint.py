@@ -37,6 +37,7 @@ from kvwise.gateway.asgi import (
 )
 from kvwise.gateway.prepare import PrepareContext, Prepared
 from kvwise.gateway.replicas import Replica
+from kvwise.gateway.security import Caller
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kvwise.gateway")
 
-PrepareFn = Callable[[PrepareContext, bytes, "str | None", str], Awaitable[Prepared]]
+PrepareFn = Callable[[PrepareContext, bytes, "str | None", Caller], Awaitable[Prepared]]
 
 
 class ReplicaFailed(Exception):
@@ -60,10 +61,10 @@ class CompletionsEndpoint:
         started_s = time.perf_counter()
         gateway = self.gateway
         try:
-            client = gateway.authorize(scope)
+            caller = gateway.authorize(scope)
             raw = await read_body(scope, receive, gateway.config.security.max_body_bytes)
             prepared = await self.prepare(
-                gateway.prepare_context, raw, header(scope, b"x-session-id"), client
+                gateway.prepare_context, raw, header(scope, b"x-session-id"), caller
             )
         except HttpError as exc:
             gateway.count_response(exc.status)

@@ -39,6 +39,8 @@ class FakeUpstream:
         self.num_requests = 0
         self.num_running = 0
         self.peak_running = 0
+        self.last_headers: dict[str, str] = {}  # of the last completion request, for tests
+        self.last_request: dict[str, object] = {}
         self.server: StreamServer | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -81,7 +83,8 @@ class FakeUpstream:
             )
         else:
             self.num_requests += 1
-            return await self._complete(path, json.loads(body), writer)
+            self.last_headers, self.last_request = headers, json.loads(body)
+            return await self._complete(path, self.last_request, writer)
         await writer.drain()
         return True
 

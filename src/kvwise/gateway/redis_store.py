@@ -38,7 +38,11 @@ class RedisStore:
         return SessionHistory(system, [json.loads(b) for b in bodies])
 
     async def append_turn(
-        self, session_id: str, system: list[Message] | None, messages: list[Message]
+        self,
+        session_id: str,
+        system: list[Message] | None,
+        messages: list[Message],
+        num_kept: int | None = None,
     ) -> None:
         ttl_ms = int(self.caps.ttl_s * 1000)
         messages_key, system_key = (
@@ -50,6 +54,10 @@ class RedisStore:
                 pipe.set(system_key, json.dumps(system), px=ttl_ms)
             else:
                 pipe.pexpire(system_key, ttl_ms)
+            if num_kept == 0:
+                pipe.delete(messages_key)
+            elif num_kept is not None:
+                pipe.ltrim(messages_key, 0, num_kept - 1)
             if messages:
                 pipe.rpush(messages_key, *[json.dumps(m) for m in messages])
             pipe.pexpire(messages_key, ttl_ms)

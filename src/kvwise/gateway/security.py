@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from dataclasses import dataclass
@@ -23,6 +24,23 @@ def read_keys_file(path: Path) -> tuple[str, ...]:
     )
 
 
+OPEN_TENANT = "open"  # without API keys every client is one tenant (loopback use)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request. `tenant` owns sessions (a session id is only ever looked up within
+    its tenant); `flow` is what rate limits and, without a session, fair queuing key on."""
+
+    tenant: str  # "key:<digest of the API key>" (no key text kept), or OPEN_TENANT
+    flow: str  # the tenant with API keys, else the client's address
+
+
+def tenant_of_key(key: str) -> str:
+    # 128 bits: two keys of one deployment never share sessions by a digest collision
+    return "key:" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
 class ApiKeys:
     def __init__(self, keys: tuple[str, ...]) -> None:
         self._keys = [k.encode() for k in keys]
@@ -34,9 +52,10 @@ class ApiKeys:
     def check(self, authorization: str | None) -> str | None:
         """The matching key for `Bearer <key>`, or None. Every key is compared, in constant
         time each, so the time taken says nothing about which key nearly matched."""
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():  # RFC 7235: scheme is caseless
             return None
-        offered = authorization[len("Bearer ") :].strip().encode()
+        offered = credentials.strip().encode()
         match: bytes | None = None
         for key in self._keys:
             if hmac.compare_digest(offered, key):
