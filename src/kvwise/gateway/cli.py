@@ -26,7 +26,14 @@ from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
 from kvwise.gateway.admission import AdmissionConfig
-from kvwise.gateway.config import MIB, GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
+from kvwise.gateway.config import (
+    MIB,
+    GatewayConfig,
+    SecurityConfig,
+    ServerLimits,
+    SessionConfig,
+    UpstreamSpec,
+)
 from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
 from kvwise.gateway.security import read_keys_file
 from kvwise.gateway.sessions import SessionCaps
@@ -92,6 +99,7 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     security.add_argument("--max-body-bytes", type=int, default=8 * MIB)
     security.add_argument("--rate-limit", type=float, help="requests per second per key")
     security.add_argument("--rate-burst", type=int, default=20)
+    _add_server_flags(parser)
     sessions = parser.add_argument_group("agent sessions")
     sessions.add_argument(
         "--session-history", action="store_true", help="store turns, rebuild prompts"
@@ -120,6 +128,33 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         default=TRIM_LOW_WATER,
         help="when trimming, cut down to this share of the budget so later turns reuse the "
         "cached prefix (1 = cut just enough)",
+    )
+
+
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    d = ServerLimits()
+    server = parser.add_argument_group("connections (enforced before the API key is checked)")
+    server.add_argument("--max-head-bytes", type=int, default=d.max_head_bytes,
+                        help="request line + headers; 431 beyond")  # fmt: skip
+    server.add_argument("--max-headers", type=int, default=d.max_headers, help="431 beyond")
+    server.add_argument("--head-timeout", type=float, default=d.head_timeout_s,
+                        help="seconds to receive a request head (408 after)")  # fmt: skip
+    server.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
+                        help="seconds to receive a request body once its head is in")  # fmt: skip
+    server.add_argument("--keep-alive-timeout", type=int, default=d.keep_alive_timeout_s,
+                        help="seconds an idle kept-alive connection stays open")  # fmt: skip
+    server.add_argument("--max-connections", type=int, default=d.max_connections,
+                        help="connections and requests at once; 503 beyond")  # fmt: skip
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    return ServerLimits(
+        args.max_head_bytes,
+        args.max_headers,
+        args.head_timeout,
+        args.body_timeout,
+        args.keep_alive_timeout,
+        args.max_connections,
     )
 
 
@@ -202,6 +237,7 @@ def build_config(
         sessions=session_config(args),
         tokenizer_path=tokenizer,
         upstream_api_key=args.upstream_api_key,
+        server=server_limits(args),
     )
 
 
@@ -262,6 +298,12 @@ def run(argv: list[str]) -> int:
         "replicas",
         "max_body_bytes",
         "rate_limit",
+        "max_head_bytes",
+        "max_headers",
+        "head_timeout",
+        "body_timeout",
+        "keep_alive_timeout",
+        "max_connections",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -284,12 +326,17 @@ def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
     import uvicorn
 
     from kvwise.gateway.app import create_app
+    from kvwise.gateway.server_limits import uvicorn_config
 
     app = create_app(config, supervisor=supervisor)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found: make
     # that one an exit, so the launched replicas are stopped on the way out (cli.run's finally)
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    limits = config.server
+    server = uvicorn.Server(
+        uvicorn_config(app, host, port, limits, log_level="warning", access_log=False)
+    )
+    server.run()
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.sessions import SessionCaps
 
+KIB = 2**10
 MIB = 2**20
+
+
+def default_max_connections() -> int:
+    """Half the process's open-file limit, less a margin for the store, logs and listeners (a
+    request holds a client connection and an upstream one), at most 2048."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError):  # no such limit on this platform
+        return 2048
+    if soft == resource.RLIM_INFINITY:
+        return 2048
+    return max(16, min(2048, (soft - 64) // 2))
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What a client may make the server hold before authorization (kvwise.gateway.server_limits
+    enforces them and gives the sources of the defaults)."""
+
+    max_head_bytes: int = 32 * KIB
+    max_headers: int = 100
+    head_timeout_s: float = 20.0
+    body_timeout_s: float = 60.0
+    keep_alive_timeout_s: int = 5  # uvicorn takes whole seconds
+    max_connections: int = field(default_factory=default_max_connections)
 
 
 @dataclass(frozen=True)
@@ -50,3 +78,4 @@ class GatewayConfig:
     connect_timeout_s: float = 5.0
     upstream_timeout_s: float = 600.0
     is_prompt_logging_enabled: bool = False
+    server: ServerLimits = ServerLimits()
