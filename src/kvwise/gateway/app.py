@@ -24,6 +24,7 @@ from kvwise.gateway.admission import Admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
+from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.launcher import Supervisor
 from kvwise.gateway.metrics import GatewayMetrics, Gauge
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
@@ -283,7 +284,12 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        error = internal_error(gateway, request.scope, exc)
+        return JSONResponse(error.body(), error.status, error.headers)
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: on_error})
     app.state.gateway = gateway
     return _HotPath(app, completions)
 
@@ -308,4 +314,9 @@ class _HotPath:
                     log.exception("unhandled error in %s", scope["path"])
                     raise
                 return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Starlette re-raises what its error handler has already answered and logged
+        with contextlib.suppress(Exception):
+            await self.app(scope, receive, send)

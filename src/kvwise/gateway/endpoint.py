@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from kvwise.gateway import sse
+from kvwise.gateway import internal_error, sse
 from kvwise.gateway.admission import Lease, NoReplica, Overloaded
 from kvwise.gateway.asgi import (
     ClientGone,
@@ -72,7 +72,23 @@ class CompletionsEndpoint:
             return
         except ClientGone:
             return
+        except RecursionError:  # a body parsed, but too deep for a later step to walk
+            gateway.count_response(400)
+            await send_error(send, HttpError(400, "request body is nested too deeply"))
+            return
+        except Exception as exc:
+            error = internal_error.internal_error(gateway, scope, exc)
+            await internal_error.answer(send, error, has_started_response=False)
+            return
         exchange = Exchange(gateway, prepared, send, started_s)
+        try:
+            await self._run(exchange, receive)
+        except Exception as exc:
+            error = internal_error.internal_error(gateway, scope, exc)
+            await internal_error.answer(send, error, exchange.has_started_response)
+
+    async def _run(self, exchange: Exchange, receive: Receive) -> None:
+        gateway = self.gateway
         # The exchange runs in this task (a task of its own would cost a pass of the event loop
         # on the TTFT path); a watcher cancels it if the client goes away first.
         task = asyncio.current_task()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,18 +70,38 @@ class PrepareContext:
     store: SessionStore | None
 
 
+# A \uD800-\uDFFF escape: a surrogate, paired (an emoji from an ASCII-only encoder) or not
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _parse(raw: bytes, model: type[BaseModel]) -> tuple[dict[str, Any], Any]:
     try:
         body = json.loads(raw)
     except ValueError:
         raise HttpError(400, "request body is not valid JSON") from None
+    except RecursionError:
+        raise HttpError(400, "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise HttpError(400, "request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        _reject_lone_surrogates(body)
     try:
         return body, model.model_validate(body)
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
         raise HttpError(400, message, param=param) from None
+
+
+def _reject_lone_surrogates(body: dict[str, Any]) -> None:
+    """A lone UTF-16 surrogate (`"\\ud800"`) parses in Python but is no Unicode text: no
+    tokenizer, UTF-8 encoder or engine can take it."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        message = "request body contains a lone UTF-16 surrogate escape; strings must be Unicode"
+        raise HttpError(400, message) from None
+    except RecursionError:  # parsed, but too deep for the encoder
+        raise HttpError(400, "request body is nested too deeply") from None
 
 
 def _check_length(prompt: TokenCount, reply_tokens: int | None, max_model_len: int) -> None:
