@@ -66,11 +66,12 @@ def test_launched_replicas_serve_and_stop_with_the_gateway(tmp_path: Path) -> No
     engine = f"{sys.executable} -m kvwise.gateway.fake_upstream --model {{model}}"
     args = ["tiny", "--launch", "--replicas", "2", "--engine-command", engine,
             "--log-dir", str(tmp_path / "logs"),
-            "--kv-budget-tokens", "5000", "--max-model-len", "1024"]  # fmt: skip
+            "--kv-budget-tokens", "5000", "--max-model-len", "1024", "--admin-key", "sk-op"]  # fmt: skip
     with kvwise_serve(args, tmp_path) as (url, limits):
         replicas = limits["replicas"]
         assert isinstance(replicas, list) and len(replicas) == 2
-        health = httpx.get(f"{url}/health").json()
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}  # no addresses to anyone
+        health = httpx.get(f"{url}/health", headers={"authorization": "Bearer sk-op"}).json()
         assert [r["healthy"] for r in health["replicas"].values()] == [True, True]
         replica_urls = [r["url"] for r in replicas]
     for replica_url in replica_urls:  # the gateway took its replicas down with it
@@ -83,6 +84,8 @@ def test_user_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     assert "give --upstream URL" in capsys.readouterr().err
     assert main(["serve", "--upstream", "http://127.0.0.1:1", "--max-queue", "0"]) == 2
     assert "--max-queue must be positive" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "https://engine.internal"]) == 2  # never in clear text
+    assert "TLS to upstreams is not supported" in capsys.readouterr().err
 
 
 def test_demo_uses_the_cached_conversion_and_the_cpu_engine_flags(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 Routes: POST /v1/chat/completions and /v1/completions (KV admission, streaming relay, failover),
 GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json.
-API keys guard the /v1 routes; /health and /metrics stay open, as on vLLM itself.
+API keys guard the /v1 routes; /health says up or down to anyone and details to admin keys;
+/metrics is open, as on vLLM itself, unless admin keys are configured.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,7 +33,14 @@ from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, pr
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest
-from kvwise.gateway.security import OPEN_TENANT, ApiKeys, Caller, RateLimiter, tenant_of_key
+from kvwise.gateway.security import (
+    OPEN_TENANT,
+    ApiKeys,
+    AuthFailures,
+    Caller,
+    RateLimiter,
+    tenant_of_key,
+)
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.tokens import load_tokenizer
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
@@ -48,6 +57,11 @@ class Gateway:
         self.admission = Admission(Router(self.replicas), config.admission)
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         self.api_keys = ApiKeys(config.security.api_keys)
+        self.admin_keys = ApiKeys(config.security.admin_keys)
+        security = config.security
+        self.auth_failures = AuthFailures(
+            security.max_auth_failures, security.auth_failure_window_s
+        )
         rps = config.security.rate_limit_rps
         self.rate_limiter = RateLimiter(rps, config.security.rate_limit_burst) if rps else None
         self.store: SessionStore | None = None
@@ -93,12 +107,10 @@ class Gateway:
 
     def authorize(self, scope: Scope) -> Caller:
         """Who is asking (its tenant and fairness flow), or 401 / 429."""
-        address = scope["client"][0] if scope.get("client") else "unknown"
+        address = _address(scope)
         caller = Caller(OPEN_TENANT, address)
         if self.api_keys.is_required:
-            key = self.api_keys.check(header(scope, b"authorization"))
-            if key is None:
-                raise HttpError(401, "missing or invalid API key", "authentication_error")
+            key = self._check_key(self.api_keys, scope, address)
             tenant = tenant_of_key(key)
             caller = Caller(tenant, tenant)
         if self.rate_limiter is not None:
@@ -108,6 +120,26 @@ class Gateway:
                 raise HttpError(429, "rate limit exceeded for this API key", "rate_limit_exceeded",
                                 headers={"retry-after": str(max(1, round(wait_s)))})  # fmt: skip
         return caller
+
+    def is_admin(self, scope: Scope) -> bool:
+        """An admin key was sent (401 / 429 for a wrong one, False for none)."""
+        if not self.admin_keys.is_required or header(scope, b"authorization") is None:
+            return False
+        self._check_key(self.admin_keys, scope, _address(scope))
+        return True
+
+    def _check_key(self, keys: ApiKeys, scope: Scope, address: str) -> str:
+        """The key sent, if listed; an address out of attempts is not even checked (429)."""
+        wait_s = self.auth_failures.wait_s(address)
+        if wait_s > 0:
+            self.metrics.rate_limited.inc()
+            raise HttpError(429, "too many failed API key attempts from this address",
+                            "rate_limit_exceeded", headers={"retry-after": str(math.ceil(wait_s))})  # fmt: skip
+        key = keys.check(header(scope, b"authorization"))
+        if key is None:
+            self.auth_failures.record(address)
+            raise HttpError(401, "missing or invalid API key", "authentication_error")
+        return key
 
     def mark_down(self, replica: Replica) -> None:
         if replica.is_healthy:
@@ -185,17 +217,33 @@ class Gateway:
                 log.exception("health check failed")
 
 
+def _address(scope: Scope) -> str:
+    return str(scope["client"][0]) if scope.get("client") else "unknown"
+
+
 async def _health(request: Request) -> Response:
+    """Up or down for anyone (load balancers); the replicas and their addresses for admins."""
     gateway: Gateway = request.app.state.gateway
-    replicas = {r.name: {"url": r.url, "healthy": r.is_healthy} for r in gateway.replicas}
     status = 200 if any(r.is_healthy for r in gateway.replicas) else 503
-    return JSONResponse(
-        {"status": "ok" if status == 200 else "unavailable", "replicas": replicas}, status
-    )
+    body: dict[str, Any] = {"status": "ok" if status == 200 else "unavailable"}
+    try:
+        if gateway.is_admin(request.scope):
+            body["replicas"] = {
+                r.name: {"url": r.url, "healthy": r.is_healthy} for r in gateway.replicas
+            }
+    except HttpError as exc:
+        return JSONResponse(exc.body(), exc.status, exc.headers)
+    return JSONResponse(body, status)
 
 
 async def _metrics(request: Request) -> Response:
+    """Open, as on vLLM, unless admin keys are configured: then for admins only."""
     gateway: Gateway = request.app.state.gateway
+    try:
+        if gateway.admin_keys.is_required and not gateway.is_admin(request.scope):
+            raise HttpError(401, "an admin key is required", "authentication_error")
+    except HttpError as exc:
+        return JSONResponse(exc.body(), exc.status, exc.headers)
     return Response(gateway.metrics.registry.render(), media_type="text/plain; version=0.0.4")
 
 

@@ -35,7 +35,7 @@ from kvwise.gateway.config import (
     UpstreamSpec,
 )
 from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
-from kvwise.gateway.security import read_keys_file
+from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
 
 DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
@@ -96,6 +96,16 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--api-key", action="append", default=[], help="accepted key (repeatable)"
     )
     security.add_argument("--api-keys-file", type=Path, help="one accepted key per line")
+    security.add_argument(
+        "--admin-key", action="append", default=[],
+        help="key for /metrics and /health's replica details (repeatable; without one, /metrics "
+        "is open and the details are shown to no one)",
+    )  # fmt: skip
+    security.add_argument(
+        "--max-auth-failures", type=int, default=MAX_AUTH_FAILURES,
+        help="wrong keys one address may send per --auth-failure-window before 429s",
+    )  # fmt: skip
+    security.add_argument("--auth-failure-window", type=float, default=AUTH_FAILURE_WINDOW_S)
     security.add_argument("--max-body-bytes", type=int, default=8 * MIB)
     security.add_argument("--rate-limit", type=float, help="requests per second per key")
     security.add_argument("--rate-burst", type=int, default=20)
@@ -167,7 +177,15 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:
     keys = tuple(args.api_key) + (read_keys_file(args.api_keys_file) if args.api_keys_file else ())
-    return SecurityConfig(keys, args.max_body_bytes, args.rate_limit, args.rate_burst)
+    return SecurityConfig(
+        keys,
+        args.max_body_bytes,
+        args.rate_limit,
+        args.rate_burst,
+        admin_keys=tuple(args.admin_key),
+        max_auth_failures=args.max_auth_failures,
+        auth_failure_window_s=args.auth_failure_window,
+    )
 
 
 def session_config(args: argparse.Namespace) -> SessionConfig:
@@ -220,7 +238,22 @@ def start_engines(args: argparse.Namespace) -> Started:
         return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
     if not args.upstream:
         raise UsageError("give --upstream URL (a running server), --launch with a MODEL, or --demo")
+    for url in args.upstream:
+        check_upstream_url(url)
     return Started(list(args.upstream), None, args.tokenizer)
+
+
+def check_upstream_url(url: str) -> None:
+    """The relay speaks plain HTTP/1.1: an https:// URL would send the upstream key and every
+    prompt in clear text (to port 80), so it is refused rather than downgraded."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "https":
+        raise UsageError(
+            f"--upstream {url}: TLS to upstreams is not supported yet; use http:// on a private "
+            "network, or a TLS proxy (stunnel, nginx) on the gateway's host"
+        )
+    if scheme != "http":
+        raise UsageError(f"--upstream {url}: give an http:// URL (e.g. http://127.0.0.1:8001)")
 
 
 def build_config(
@@ -304,6 +337,8 @@ def run(argv: list[str]) -> int:
         "body_timeout",
         "keep_alive_timeout",
         "max_connections",
+        "max_auth_failures",
+        "auth_failure_window",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.gateway.admission import AdmissionConfig
+from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES
 from kvwise.gateway.sessions import SessionCaps
 
 KIB = 2**10
@@ -45,6 +46,9 @@ class SecurityConfig:
     max_body_bytes: int = 8 * MIB
     rate_limit_rps: float | None = None  # per API key (or client address without keys)
     rate_limit_burst: int = 20
+    admin_keys: tuple[str, ...] = ()  # for /metrics and /health's details; empty: /metrics open
+    max_auth_failures: int = MAX_AUTH_FAILURES  # per client address, refilled over the window
+    auth_failure_window_s: float = AUTH_FAILURE_WINDOW_S
 
 
 @dataclass(frozen=True)

@@ -79,13 +79,44 @@ class RateLimiter:
 
     def try_take(self, client: str, now_s: float | None = None) -> float:
         """0 when the request may pass, else the seconds until one token is back."""
+        bucket = self._refilled(client, now_s)
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return 0.0
+        return (1 - bucket.tokens) / self.rate_rps
+
+    def wait_s(self, client: str, now_s: float | None = None) -> float:
+        """What `try_take` would answer, taking nothing."""
+        bucket = self._refilled(client, now_s)
+        return 0.0 if bucket.tokens >= 1 else (1 - bucket.tokens) / self.rate_rps
+
+    def _refilled(self, client: str, now_s: float | None) -> _Bucket:
         now_s = time.monotonic() if now_s is None else now_s
         if len(self._buckets) > MAX_TRACKED_CLIENTS:
             self._buckets.clear()  # forget everyone rather than grow without bound
         bucket = self._buckets.setdefault(client, _Bucket(float(self.burst), now_s))
         bucket.tokens = min(self.burst, bucket.tokens + (now_s - bucket.updated_s) * self.rate_rps)
         bucket.updated_s = now_s
-        if bucket.tokens >= 1:
-            bucket.tokens -= 1
-            return 0.0
-        return (1 - bucket.tokens) / self.rate_rps
+        return bucket
+
+
+# fail2ban's defaults (jail.conf): maxretry = 5 failures within findtime = 10 minutes
+MAX_AUTH_FAILURES = 5
+AUTH_FAILURE_WINDOW_S = 600.0
+
+
+class AuthFailures:
+    """Failed key attempts per client address, as a token bucket (`max_failures` at once, as
+    many again per `window_s`). An address out of attempts gets 429 without its key being
+    checked at all, so guessing goes no faster than the bucket refills."""
+
+    def __init__(
+        self, max_failures: int = MAX_AUTH_FAILURES, window_s: float = AUTH_FAILURE_WINDOW_S
+    ) -> None:
+        self._bucket = RateLimiter(max_failures / window_s, max_failures)
+
+    def wait_s(self, address: str) -> float:
+        return self._bucket.wait_s(address)
+
+    def record(self, address: str) -> None:
+        self._bucket.try_take(address)
