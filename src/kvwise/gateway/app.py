@@ -47,8 +47,6 @@ from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError
 
 log = logging.getLogger("kvwise.gateway")
 
-HEALTH_TIMEOUT_S = 5.0
-
 
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
@@ -141,10 +139,17 @@ class Gateway:
             raise HttpError(401, "missing or invalid API key", "authentication_error")
         return key
 
-    def mark_down(self, replica: Replica) -> None:
+    def mark_down(self, replica: Replica, reason: str = "") -> None:
+        """Out of service until a health probe gets an answer; the requests still waiting for
+        its response head are aborted, and fail over like any other failure before a token."""
         if replica.is_healthy:
-            log.warning("replica %s marked down", replica.name)
+            log.warning("replica %s marked down%s", replica.name, f" ({reason})" if reason else "")
         replica.is_healthy = False
+        num_aborted = self.upstream.abort_waiting(replica.url)
+        if num_aborted:
+            log.warning(
+                "replica %s: %d waiting request(s) sent elsewhere", replica.name, num_aborted
+            )
 
     def count_response(self, status: int) -> None:
         self.metrics.responses.inc(str(status))
@@ -179,19 +184,30 @@ class Gateway:
             self._store_is_reachable = True
 
     async def _check(self, replica: Replica) -> None:
-        """Down when it refuses connections or answers /health with an error; a slow answer
-        (a busy engine) leaves its state as it was, and the next tick asks again."""
+        """Down when it refuses connections, answers /health with an error, or leaves
+        `health_failures` probes in a row unanswered within `health_timeout_s` (a hung process:
+        it accepts connections and says nothing). Up again at its first good answer."""
         try:
             status, _ = await self._get(f"{replica.url}/health")
             if status != 200:
                 log.warning("replica %s answers /health with %d", replica.name, status)
-            replica.is_healthy = status == 200
+                self.mark_down(replica)
+                return
             status, body = await self._get(f"{replica.url}/metrics")
-            replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
         except (asyncio.TimeoutError, UpstreamTimeout):
-            log.warning("replica %s slow to answer its health check", replica.name)
+            replica.num_failed_probes += 1
+            if replica.num_failed_probes >= self.config.health_failures:
+                self.mark_down(replica, f"{replica.num_failed_probes} probes unanswered")
+            else:
+                log.warning("replica %s slow to answer its health check", replica.name)
+            return
         except UpstreamConnectionError:
             self.mark_down(replica)
+            return
+        if not replica.is_healthy:
+            log.warning("replica %s answers again: back in service", replica.name)
+        replica.is_healthy, replica.num_failed_probes = True, 0
+        replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
 
     async def _get(self, url: str) -> tuple[int, bytes]:
         """A health-check GET on the relay's own HTTP client: it runs on the serving event loop
@@ -204,7 +220,7 @@ class Gateway:
             finally:
                 response.close()
 
-        return await asyncio.wait_for(get(), HEALTH_TIMEOUT_S)
+        return await asyncio.wait_for(get(), self.config.health_timeout_s)
 
     async def _health_loop(self) -> None:
         # Python 3.11's asyncio.wait_for returns a result that completed as it was cancelled,

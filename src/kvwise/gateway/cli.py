@@ -71,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
     )
     engines.add_argument("--upstream-api-key", help="key the engines expect (never the client's)")
+    d = GatewayConfig.__dataclass_fields__
+    engines.add_argument(
+        "--stall-timeout", type=float, default=d["stall_timeout_s"].default,
+        help="seconds a stream may stay silent (before its head, between chunks) before its "
+        "replica is taken for hung",
+    )  # fmt: skip
+    engines.add_argument(
+        "--health-timeout", type=float, default=d["health_timeout_s"].default,
+        help="seconds a health probe may take",
+    )  # fmt: skip
+    engines.add_argument(
+        "--health-failures", type=int, default=d["health_failures"].default,
+        help="probes unanswered in a row before a replica is down",
+    )  # fmt: skip
     _add_gateway_flags(parser)
     add_vllm_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the enforced limits as JSON")
@@ -271,6 +285,9 @@ def build_config(
         tokenizer_path=tokenizer,
         upstream_api_key=args.upstream_api_key,
         server=server_limits(args),
+        health_timeout_s=args.health_timeout,
+        health_failures=args.health_failures,
+        stall_timeout_s=args.stall_timeout,
     )
 
 
@@ -339,6 +356,9 @@ def run(argv: list[str]) -> int:
         "max_connections",
         "max_auth_failures",
         "auth_failure_window",
+        "stall_timeout",
+        "health_timeout",
+        "health_failures",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

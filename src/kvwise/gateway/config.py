@@ -79,7 +79,14 @@ class GatewayConfig:
     tokenizer_path: str | None = None  # model folder or tokenizer.json; else byte estimate
     upstream_api_key: str | None = None  # sent to the engines, never the client's key
     health_interval_s: float = 1.0
+    # A probe (/health, /metrics) unanswered in health_timeout_s fails; health_failures failed
+    # in a row mark the replica down (Kubernetes' probe failureThreshold default: 3)
+    health_timeout_s: float = 5.0
+    health_failures: int = 3
     connect_timeout_s: float = 5.0
-    upstream_timeout_s: float = 600.0
+    upstream_timeout_s: float = 600.0  # a whole (non-streamed) reply, head included
+    # A stream silent this long (no response head, no chunk) is a hung replica: vLLM's own
+    # VLLM_ENGINE_ITERATION_TIMEOUT_S default (vllm/envs.py) for one engine step
+    stall_timeout_s: float = 60.0
     is_prompt_logging_enabled: bool = False
     server: ServerLimits = ServerLimits()

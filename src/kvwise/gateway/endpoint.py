@@ -241,6 +241,7 @@ class Exchange:
                     self._url(),
                     self.prepared.body,
                     self.gateway.upstream_headers,
+                    self.gateway.config.stall_timeout_s,
                 )
             except ReplicaFailed as exc:
                 if await self._failover(str(exc), is_replica_down="HTTP" not in str(exc)):
@@ -276,10 +277,16 @@ class UpstreamStream:
 
     @classmethod
     async def open(
-        cls, client: UpstreamClient, url: str, body: bytes, headers: dict[str, str]
+        cls,
+        client: UpstreamClient,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        stall_timeout_s: float,
     ) -> UpstreamStream:
+        """`stall_timeout_s`: the longest silence before the head and between chunks."""
         try:
-            response = await client.post(url, body, headers)
+            response = await client.post(url, body, headers, stall_timeout_s)
         except UpstreamConnectionError as exc:
             raise ReplicaFailed(str(exc)) from None
         if response.status >= 500:

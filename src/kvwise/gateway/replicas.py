@@ -85,6 +85,7 @@ class Replica:
         self.peak_reserved_tokens = 0
         self.peak_in_flight = 0
         self.is_healthy = True
+        self.num_failed_probes = 0  # health probes unanswered in a row
         self.load: EngineLoad | None = None
 
     def effective_budget_tokens(self) -> int:
