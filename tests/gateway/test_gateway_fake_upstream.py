@@ -196,3 +196,25 @@ def test_start_up_frees_garbage_before_freezing_what_start_up_made() -> None:
             assert gc.get_freeze_count() > 0
     finally:
         gc.enable()
+
+
+def test_one_session_filling_the_queue_does_not_keep_a_newcomer_out() -> None:
+    """One request runs at a time (budget); an agent queues 4 more, filling the queue; a
+    newcomer is still queued and served, and the agent's newest request is the one refused."""
+    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+        config = make_config([ups[0][0]], budget_tokens=1, max_queue=4)
+        with running_gateway(config) as gw:
+
+            async def ask(api: httpx.AsyncClient, session: str, delay_s: float) -> int:
+                await asyncio.sleep(delay_s)
+                headers = {"x-session-id": session}
+                response = await api.post("/v1/chat/completions", json=CHAT, headers=headers)
+                return response.status_code
+
+            async def scenario() -> list[int]:
+                async with httpx.AsyncClient(base_url=gw.url, timeout=30) as api:
+                    agent = [ask(api, "agent", 0.02 * i) for i in range(5)]
+                    return await asyncio.gather(*agent, ask(api, "newcomer", 0.2))
+
+            statuses = asyncio.run(scenario())
+        assert statuses == [200, 200, 200, 200, 429, 200]

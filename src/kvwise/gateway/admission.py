@@ -5,7 +5,8 @@ replica has room and nobody queued is ahead; otherwise the request waits in `Fai
 across flows) until a release makes room, up to `queue_timeout_s`. A full queue or a timeout
 raises `Overloaded` (the HTTP layer answers 429 with Retry-After). Service is strictly in
 queue order: the head waits for room even if a smaller request behind it would fit, so large
-requests are never starved by a stream of small ones.
+requests are never starved by a stream of small ones. A full queue makes room for a flow with
+fewer requests queued than the longest one by refusing that one's newest (see `fairqueue`).
 
 Everything here runs on the event loop; no locks are needed.
 """
@@ -93,10 +94,14 @@ class Admission:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, exclude, loop.create_future())
         try:
-            entry = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
+            entry, pushed_out = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
         except QueueFull:
             self.num_rejected += 1
             raise Overloaded("queue full", self.retry_after_s()) from None
+        if pushed_out is not None:  # the longest flow's newest request made room for this one
+            self.num_rejected += 1
+            reason = "queue full; this client has more than its share queued"
+            pushed_out.future.set_exception(Overloaded(reason, self.retry_after_s()))
         self.num_queued += 1
         try:
             return await asyncio.wait_for(
