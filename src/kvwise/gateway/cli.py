@@ -132,6 +132,11 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--session-store", default=DEFAULT_SESSION_STORE, help="SQLite path or redis://"
     )
     sessions.add_argument(
+        "--session-store-durable",
+        action="store_true",
+        help="refuse to start on a Redis that can lose acknowledged turns (else: one warning)",
+    )
+    sessions.add_argument(
         "--session-ttl", type=float, default=7 * DAY_S, help="seconds idle before forgotten"
     )
     sessions.add_argument(
@@ -369,12 +374,27 @@ def run(argv: list[str]) -> int:
     try:
         limits = discover_limits(args, planned, started.urls)
         config = build_config(args, started.urls, limits, started.tokenizer_path)
+        check_store_durability(args)
         print_limits(describe(config, limits, args), args.json)
         serve(config, args.host, args.port, started.supervisor)
     finally:
         if started.supervisor is not None:
             started.supervisor.stop()
     return 0
+
+
+def check_store_durability(args: argparse.Namespace) -> None:
+    """Redis persists as configured: say so at start when acknowledged turns can be lost."""
+    if not args.session_store.startswith(("redis://", "rediss://", "unix://")):
+        return  # SQLite: WAL with synchronous=FULL, every turn on disk before it is acknowledged
+    from kvwise.gateway.redis_store import durability_problem
+
+    problem = durability_problem(args.session_store)
+    if problem is None:
+        return
+    if args.session_store_durable:
+        raise UsageError(f"--session-store-durable: the Redis session store {problem}")
+    print(f"kvwise serve: warning: the Redis session store {problem}", file=sys.stderr, flush=True)
 
 
 def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
