@@ -35,6 +35,7 @@ from kvwise.gateway.asgi import (
     send_response,
     wait_for_disconnect,
 )
+from kvwise.gateway.forwarding import forwarded_headers
 from kvwise.gateway.prepare import PrepareContext, Prepared
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.security import Caller
@@ -81,6 +82,7 @@ class CompletionsEndpoint:
             await internal_error.answer(send, error, has_started_response=False)
             return
         exchange = Exchange(gateway, prepared, send, started_s)
+        exchange.upstream_headers = forwarded_headers(scope, gateway.upstream_headers)
         try:
             await self._run(exchange, receive)
         except Exception as exc:
@@ -128,6 +130,7 @@ class Exchange:
         self.send = send
         self.started_s = started_s
         self.lease: Lease | None = None
+        self.upstream_headers = gateway.upstream_headers
         self.queue_wait_s = 0.0
         self.sent_upstream_s = started_s
         self.tried: list[Replica] = []
@@ -198,7 +201,7 @@ class Exchange:
         while True:
             try:
                 response = await self.gateway.upstream.post(
-                    self._url(), self.prepared.body, self.gateway.upstream_headers
+                    self._url(), self.prepared.body, self.upstream_headers
                 )
                 try:
                     body = await response.read()
@@ -240,7 +243,7 @@ class Exchange:
                     self.gateway.upstream,
                     self._url(),
                     self.prepared.body,
-                    self.gateway.upstream_headers,
+                    self.upstream_headers,
                     self.gateway.config.stall_timeout_s,
                 )
             except ReplicaFailed as exc:
