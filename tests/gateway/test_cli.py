@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -54,12 +55,36 @@ def test_attached_to_an_upstream_it_learns_the_limits_from_the_engine(tmp_path: 
                 {"name": "r0", "url": upstream, "kv_budget_tokens": 48_000}
             ]
             assert "/metrics" in str(limits["kv_budget_source"])
+            assert limits["max_num_seqs"] is None  # the engine does not report it: said so
+            assert "pass --max-num-seqs" in str(limits["max_num_seqs_source"])
             body = {
                 "model": "fake",
                 "messages": [{"role": "user", "content": "hi"}],
                 "max_tokens": 3,
             }
             assert httpx.post(f"{url}/v1/chat/completions", json=body).status_code == 200
+
+
+def test_max_num_seqs_caps_the_sequences_running_on_each_replica(tmp_path: Path) -> None:
+    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+        args = ["--upstream", ups[0][0], "--max-num-seqs", "2"]
+        with kvwise_serve(args, tmp_path) as (url, limits):
+            assert (limits["max_num_seqs"], limits["max_num_seqs_source"]) == (2, "--max-num-seqs")
+            body = {
+                "model": "fake",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2,
+            }
+
+            async def burst() -> list[int]:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as api:
+                    replies = await asyncio.gather(
+                        *(api.post("/v1/chat/completions", json=body) for _ in range(6))
+                    )
+                return [r.status_code for r in replies]
+
+            assert asyncio.run(burst()) == [200] * 6
+        assert ups[0][1].peak_running == 2  # the engine never saw more than its cap
 
 
 def test_launched_replicas_serve_and_stop_with_the_gateway(tmp_path: Path) -> None:

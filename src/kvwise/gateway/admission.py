@@ -51,6 +51,7 @@ class Ticket:
     flow: str  # fairness key: session id, else API key, else client address
     affinity_key: str  # session id or system-prompt prefix, for the router
     cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
+    num_seqs: int = 1  # sequences vLLM runs for it: n choices x prompts
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Lease:
     replica: Replica
     cost_tokens: int
     admission: Admission
+    num_seqs: int = 1
     is_released: bool = False
 
     def release(self) -> None:
@@ -117,16 +119,18 @@ class Admission:
             raise Overloaded("queue timeout", self.retry_after_s()) from None
 
     def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
-        replica = self.router.pick(ticket.affinity_key, ticket.cost_tokens, exclude)
+        replica = self.router.pick(
+            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs
+        )
         if replica is None:
             return None
-        replica.reserve(ticket.cost_tokens)
+        replica.reserve(ticket.cost_tokens, ticket.num_seqs)
         self.num_admitted += 1
         self.admitted_flows.append(ticket.flow)
-        return Lease(replica, ticket.cost_tokens, self)
+        return Lease(replica, ticket.cost_tokens, self, ticket.num_seqs)
 
     def release(self, lease: Lease) -> None:
-        lease.replica.release(lease.cost_tokens)
+        lease.replica.release(lease.cost_tokens, lease.num_seqs)
         self.dispatch()
 
     def dispatch(self) -> None:

@@ -51,7 +51,9 @@ log = logging.getLogger("kvwise.gateway")
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.replicas = [Replica(u.name, u.url, u.budget_tokens) for u in config.upstreams]
+        self.replicas = [
+            Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
+        ]
         self.admission = Admission(Router(self.replicas), config.admission)
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         self.api_keys = ApiKeys(config.security.api_keys)

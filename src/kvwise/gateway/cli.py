@@ -279,7 +279,8 @@ def build_config(
     args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
 ) -> GatewayConfig:
     upstreams = tuple(
-        UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens) for i, url in enumerate(urls)
+        UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens, limits.max_num_seqs)
+        for i, url in enumerate(urls)
     )
     return GatewayConfig(
         upstreams=upstreams,
@@ -307,6 +308,8 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
         "kv_budget_source": limits.kv_budget_source,
         "max_model_len": config.max_model_len,
         "max_model_len_source": limits.max_model_len_source,
+        "max_num_seqs": limits.max_num_seqs,
+        "max_num_seqs_source": limits.max_num_seqs_source,
         "plan": limits.plan_summary,
         "max_queue": config.admission.max_queue,
         "queue_timeout_s": config.admission.queue_timeout_s,
@@ -335,12 +338,19 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
     lines += [
         f"  KV budget from {s['kv_budget_source']}",
         f"  max_model_len: {s['max_model_len']:,} (from {s['max_model_len_source']})",
+        _running_cap_line(s),
         f"  queue:         {s['max_queue']} requests, {s['queue_timeout_s']:g} s timeout; 429 past",
         f"  sessions:      store {s['session_store']}, history {history}",
         f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}",
         f"  listening on   {s['listen']}",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _running_cap_line(s: dict[str, Any]) -> str:
+    if s["max_num_seqs"] is None:
+        return f"  running cap:   {s['max_num_seqs_source']}"
+    return f"  running cap:   {s['max_num_seqs']} sequences per replica (from {s['max_num_seqs_source']})"
 
 
 def run(argv: list[str]) -> int:

@@ -67,6 +67,7 @@ class UpstreamSpec:
     name: str
     url: str
     budget_tokens: int
+    max_num_seqs: int | None = None  # the engine's running cap, when known
 
 
 @dataclass(frozen=True)
