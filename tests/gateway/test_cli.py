@@ -155,3 +155,27 @@ def test_a_model_and_a_gpu_make_the_plan_the_budget(tmp_path: Path) -> None:
                 {"name": "r0", "url": ups[0][0], "kv_budget_tokens": planned.kv.tokens}
             ]
             assert "Qwen/Qwen2.5-7B-Instruct on RTX 4090" in str(limits["plan"])
+
+
+BLOCK_SERVE_EXTRA = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"starlette", "uvicorn", "httpx", "redis", "tokenizers"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from kvwise.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", [["serve", "--upstream", "http://127.0.0.1:9"], ["bench"]])
+def test_without_the_serve_extra_one_line_says_what_to_install(command: list[str]) -> None:
+    """As after a plain `pip install -e .`: the extra's modules cannot be imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_SERVE_EXTRA, *command],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'kvwise[serve]'" in lines[0], done.stderr
