@@ -82,3 +82,20 @@ def test_a_regenerated_reply_replaces_the_stored_one() -> None:
     merged = merge(stored, stored[:3])  # the client drops a1 and asks again
     assert (merged.num_kept, merged.new_messages) == (3, [])
     assert merged.history(stored) == stored[:3]
+
+
+def test_tool_calls_line_up_by_id_whatever_fields_the_client_adds() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    stored = [
+        msg("user", "list files"),
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
+        msg("assistant", "one file"),
+    ]
+    resent = [dict(m) for m in stored]
+    resent[1] = {"role": "assistant", "content": "", "tool_calls": [{**call, "index": 0}]}
+    merged = merge(stored, [*resent, msg("user", "read it")])
+    assert merged.num_kept == 4 and merged.new_messages == [msg("user", "read it")]
+    other_call = {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "call_9"}]}
+    diverged = merge(stored, [*resent[:3], other_call])
+    assert diverged.num_kept == 3  # a different call is a different conversation from there

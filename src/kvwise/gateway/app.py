@@ -122,8 +122,12 @@ class Gateway:
         return caller
 
     def is_admin(self, scope: Scope) -> bool:
-        """An admin key was sent (401 / 429 for a wrong one, False for none)."""
-        if not self.admin_keys.is_required or header(scope, b"authorization") is None:
+        """An admin key was sent. False for none and for an API key (a client polling /health
+        with its own key must not lock itself out); 401 / 429 for any other key."""
+        authorization = header(scope, b"authorization")
+        if not self.admin_keys.is_required or authorization is None:
+            return False
+        if self.api_keys.check(authorization) is not None:
             return False
         self._check_key(self.admin_keys, scope, _address(scope))
         return True

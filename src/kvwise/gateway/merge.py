@@ -35,8 +35,17 @@ class Merge:
 
 
 def same_message(a: Message, b: Message) -> bool:
-    keys = ("role", "content", "tool_call_id", "tool_calls", "name")
-    return all((a.get(k) or None) == (b.get(k) or None) for k in keys)  # "" and null alike
+    keys = ("role", "content", "tool_call_id", "name")
+    same = all((a.get(k) or None) == (b.get(k) or None) for k in keys)  # "" and null alike
+    return same and _call_ids(a) == _call_ids(b)
+
+
+def _call_ids(message: Message) -> list[object]:
+    """Tool calls by id only: clients send them back with fields of their own (`index`...)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [call.get("id") if isinstance(call, dict) else call for call in calls]
 
 
 def _agreeing(stored: list[Message], sent: list[Message], at_stored: int, at_sent: int) -> int:
