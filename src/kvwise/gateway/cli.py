@@ -14,6 +14,7 @@ At start it prints the limits it enforces and where each came from (`--json`: as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -314,6 +315,10 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
         "max_queue": config.admission.max_queue,
         "queue_timeout_s": config.admission.queue_timeout_s,
         "api_keys": len(config.security.api_keys),
+        "admin_keys": len(config.security.admin_keys),
+        "session_from_user": bool(sessions and sessions.is_user_session),
+        "server_limits": dataclasses.asdict(config.server),
+        "stall_timeout_s": config.stall_timeout_s,
         "session_store": sessions.store if sessions else None,
         "session_history": bool(sessions and sessions.is_history_enabled),
         "token_counting": "tokenizer.json"
@@ -341,10 +346,21 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
         _running_cap_line(s),
         f"  queue:         {s['max_queue']} requests, {s['queue_timeout_s']:g} s timeout; 429 past",
         f"  sessions:      store {s['session_store']}, history {history}",
-        f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}",
+        f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}, "
+        f"admin keys: {s['admin_keys'] or 'none (/metrics open)'}",
+        _connections_line(s["server_limits"]),
         f"  listening on   {s['listen']}",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _connections_line(limits: dict[str, Any]) -> str:
+    return (
+        f"  connections:   at most {limits['max_connections']}; heads <= "
+        f"{limits['max_head_bytes']:,} bytes / {limits['max_headers']} headers in "
+        f"{limits['head_timeout_s']:g} s, bodies in {limits['body_timeout_s']:g} s, idle "
+        f"{limits['keep_alive_timeout_s']} s"
+    )
 
 
 def _running_cap_line(s: dict[str, Any]) -> str:

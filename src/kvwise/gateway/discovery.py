@@ -17,10 +17,9 @@ from kvwise.core.flags import flags_from_args
 from kvwise.errors import UpstreamError, UsageError
 from kvwise.gateway.replicas import parse_engine_metrics
 
-NO_MAX_NUM_SEQS = (
-    "not known: vLLM's /metrics and /v1/models do not report max_num_seqs; pass --max-num-seqs "
-    "(until then only the engine's reported waiting requests hold requests back)"
-)
+# vLLM's /metrics and /v1/models do not report it; until given, only the engine's reported
+# waiting requests hold requests back
+NO_MAX_NUM_SEQS = "not known (vLLM does not report max_num_seqs): pass --max-num-seqs"
 
 
 @dataclass(frozen=True)
