@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -11,7 +12,13 @@ import pytest
 
 from kvwise.gateway.config import SecurityConfig
 from kvwise.gateway.fake_upstream import Behaviour
-from tests.gateway.servers import RunningGateway, fake_upstreams, make_config, running_gateway
+from tests.gateway.servers import (
+    RunningGateway,
+    fake_upstreams,
+    make_config,
+    running_gateway,
+    wait_until,
+)
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
@@ -61,3 +68,17 @@ def test_health_says_up_to_anyone_and_details_to_admins(gw: RunningGateway) -> N
     assert httpx.get(f"{gw.url}/metrics").status_code == 401
     metrics = httpx.get(f"{gw.url}/metrics", headers={"authorization": "Bearer sk-admin"})
     assert "kvwise_queue_depth" in metrics.text
+
+
+def test_a_key_revoked_in_the_keys_file_stops_working_without_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("sk-alice\nsk-bob\n")
+    security = SecurityConfig(api_keys_file=str(path))
+    with (
+        fake_upstreams(Behaviour()) as ups,
+        running_gateway(make_config([ups[0][0]], security=security)) as gw,
+    ):
+        assert post(gw, "Bearer sk-bob").status_code == 200
+        path.write_text("sk-alice\n")
+        assert wait_until(lambda: post(gw, "Bearer sk-bob").status_code == 401, timeout_s=5)
+        assert post(gw, "Bearer sk-alice").status_code == 200

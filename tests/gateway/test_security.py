@@ -41,3 +41,23 @@ def test_failed_attempts_are_a_bucket_per_address(monkeypatch: pytest.MonkeyPatc
     assert failures.wait_s("10.0.0.2") == 0  # addresses do not share attempts
     now_s[0] = 20.0
     assert failures.wait_s("10.0.0.1") == 0
+
+
+def test_a_keys_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("sk-old\n")
+    keys = ApiKeys(("sk-flag",), path)
+    assert keys.check("Bearer sk-old") == "sk-old"
+    assert not keys.reload()  # unchanged: not read again
+    path.write_text("sk-new-key\n")  # sk-old revoked
+    assert keys.reload()
+    assert keys.check("Bearer sk-old") is None
+    assert keys.check("Bearer sk-new-key") == "sk-new-key"
+    assert keys.check("Bearer sk-flag") == "sk-flag"  # the flag's keys stay
+    path.write_text("# everyone revoked\n")
+    keys.reload()
+    assert keys.is_required and keys.check("Bearer sk-new-key") is None  # locked, not opened
+    path.unlink()
+    with pytest.raises(UsageError, match="cannot read --api-keys-file"):
+        keys.reload()
+    assert keys.check("Bearer sk-flag") == "sk-flag"

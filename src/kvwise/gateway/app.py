@@ -14,6 +14,7 @@ import gc
 import logging
 import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvwise.errors import UsageError
 from kvwise.gateway.admission import Admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
@@ -56,7 +58,8 @@ class Gateway:
         ]
         self.admission = Admission(Router(self.replicas), config.admission)
         self.tokenizer = load_tokenizer(config.tokenizer_path)
-        self.api_keys = ApiKeys(config.security.api_keys)
+        keys_file = config.security.api_keys_file
+        self.api_keys = ApiKeys(config.security.api_keys, Path(keys_file) if keys_file else None)
         self.admin_keys = ApiKeys(config.security.admin_keys)
         security = config.security
         self.auth_failures = AuthFailures(
@@ -171,10 +174,20 @@ class Gateway:
             raise store_unavailable("the turn was not stored; send it again") from None
 
     async def check_replicas(self) -> None:
+        self._reload_keys()
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         if self.store is not None:
             await self._count_sessions(self.store)
         self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
+
+    def _reload_keys(self) -> None:
+        """A keys file edited since the last tick is read again: keys added or revoked within
+        a health interval, no restart. An unreadable file keeps the keys in force."""
+        try:
+            if self.api_keys.reload():
+                log.warning("API keys file read again: the new key list is in force")
+        except UsageError as exc:
+            log.warning("%s; the keys in force stay", exc)
 
     async def _count_sessions(self, store: SessionStore) -> None:
         """The sessions gauge; a store that cannot answer is one warning, not one per tick."""

@@ -196,15 +196,17 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:
-    keys = tuple(args.api_key) + (read_keys_file(args.api_keys_file) if args.api_keys_file else ())
+    if args.api_keys_file:
+        read_keys_file(args.api_keys_file)  # unreadable: one line and exit 2, now
     return SecurityConfig(
-        keys,
+        tuple(args.api_key),
         args.max_body_bytes,
         args.rate_limit,
         args.rate_burst,
         admin_keys=tuple(args.admin_key),
         max_auth_failures=args.max_auth_failures,
         auth_failure_window_s=args.auth_failure_window,
+        api_keys_file=str(args.api_keys_file) if args.api_keys_file else None,
     )
 
 
@@ -314,7 +316,7 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
         "plan": limits.plan_summary,
         "max_queue": config.admission.max_queue,
         "queue_timeout_s": config.admission.queue_timeout_s,
-        "api_keys": len(config.security.api_keys),
+        "api_keys": _num_api_keys(config.security),
         "admin_keys": len(config.security.admin_keys),
         "session_from_user": bool(sessions and sessions.is_user_session),
         "server_limits": dataclasses.asdict(config.server),
@@ -352,6 +354,11 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
         f"  listening on   {s['listen']}",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _num_api_keys(security: SecurityConfig) -> int:
+    in_file = read_keys_file(Path(security.api_keys_file)) if security.api_keys_file else ()
+    return len(security.api_keys) + len(in_file)
 
 
 def _connections_line(limits: dict[str, Any]) -> str:

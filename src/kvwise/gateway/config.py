@@ -42,13 +42,14 @@ class ServerLimits:
 
 @dataclass(frozen=True)
 class SecurityConfig:
-    api_keys: tuple[str, ...] = ()  # empty: no authentication (loopback use)
+    api_keys: tuple[str, ...] = ()  # empty (and no file): no authentication (loopback use)
     max_body_bytes: int = 8 * MIB
     rate_limit_rps: float | None = None  # per API key (or client address without keys)
     rate_limit_burst: int = 20
     admin_keys: tuple[str, ...] = ()  # for /metrics and /health's details; empty: /metrics open
     max_auth_failures: int = MAX_AUTH_FAILURES  # per client address, refilled over the window
     auth_failure_window_s: float = AUTH_FAILURE_WINDOW_S
+    api_keys_file: str | None = None  # one key per line, read again when it changes
 
 
 @dataclass(frozen=True)

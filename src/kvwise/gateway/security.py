@@ -42,12 +42,39 @@ def tenant_of_key(key: str) -> str:
 
 
 class ApiKeys:
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self._keys = [k.encode() for k in keys]
+    """The accepted keys: fixed ones (flags) and those of a keys file, which `reload` reads
+    again when the file changes (a key added or revoked without a restart)."""
+
+    def __init__(self, keys: tuple[str, ...], keys_file: Path | None = None) -> None:
+        self._fixed = [k.encode() for k in keys]
+        self._file = keys_file
+        self._file_version: tuple[int, int] | None = None
+        self._keys = list(self._fixed)
+        # decided once: a keys file emptied later locks everyone out, it never opens the door
+        self._is_required = bool(keys) or keys_file is not None
+        if keys_file is not None:
+            self.reload()
 
     @property
     def is_required(self) -> bool:
-        return bool(self._keys)
+        return self._is_required
+
+    def reload(self) -> bool:
+        """Read the keys file again if it changed since the last read; True when it did.
+        Raises UsageError when it cannot be read (the keys in force stay)."""
+        if self._file is None:
+            return False
+        try:
+            stat = self._file.stat()
+        except OSError as exc:
+            raise UsageError(f"cannot read --api-keys-file {self._file}: {exc.strerror}") from exc
+        version = (stat.st_mtime_ns, stat.st_size)
+        if version == self._file_version:
+            return False
+        file_keys = read_keys_file(self._file)
+        self._keys = self._fixed + [k.encode() for k in file_keys]
+        self._file_version = version
+        return True
 
     def check(self, authorization: str | None) -> str | None:
         """The matching key for `Bearer <key>`, or None. Every key is compared, in constant
