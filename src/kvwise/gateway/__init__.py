@@ -21,11 +21,14 @@ How a request flows, module by module:
       replicas    per-replica budget, reservations, live engine load from /metrics
     endpoint    the exchange: relay (streaming or not), failover before the first token,
                 a clean SSE error after it; sse: event splitting and reply collection
+      upstream_stream  an upstream stream held back to its first token (failover up to there)
       upstream_http  the hot-path HTTP/1.1 client to the engines (stall timeouts, aborts)
       forwarding  which client headers reach the engine
       internal_error  the gateway's own failures: a counted, logged 500 with a request id
-    app         the Gateway state, health loop, routes; metrics: Prometheus exposition
+    app         the Gateway state, health loop, routes; metrics: Prometheus exposition;
+                openapi: the request schemas as an OpenAPI document
     launcher    vLLM replicas: ports, GPU groups, logs, readiness, restart with back-off
     discovery   limits from flags, the plan, or the running engine; demo: SmolLM2 on CPU
+    startup_summary  what `kvwise serve` prints at start
     fake_upstream  a canned-token server for benchmarks and failure injection (not an engine)
 """

@@ -31,10 +31,10 @@ from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.launcher import Supervisor
 from kvwise.gateway.metrics import GatewayMetrics, Gauge
+from kvwise.gateway.openapi import openapi_document
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
-from kvwise.gateway.schemas import ChatRequest, CompletionRequest
 from kvwise.gateway.security import (
     OPEN_TENANT,
     ApiKeys,
@@ -299,28 +299,6 @@ async def _models(request: Request) -> Response:
             return Response(upstream.content, media_type="application/json")
     error = HttpError(503, "no healthy replica", "service_unavailable")
     return JSONResponse(error.body(), error.status)
-
-
-def openapi_document() -> dict[str, Any]:
-    """The request schemas, for clients and fuzzers (schemathesis) alike."""
-    operations = {
-        "/v1/chat/completions": ChatRequest.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        ),
-        "/v1/completions": CompletionRequest.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        ),
-    }
-    components: dict[str, Any] = {}
-    paths: dict[str, Any] = {}
-    for path, schema in operations.items():
-        components.update(schema.pop("$defs", {}))
-        body = {"required": True, "content": {"application/json": {"schema": schema}}}
-        outcomes = ((200, "completion"), (400, "invalid request"), (401, "bad key"), (429, "busy"))
-        responses = {str(code): {"description": text} for code, text in outcomes}
-        paths[path] = {"post": {"requestBody": body, "responses": responses}}
-    info = {"title": "kvwise gateway", "version": "1"}
-    return {"openapi": "3.1.0", "info": info, "paths": paths, "components": {"schemas": components}}
 
 
 async def _openapi(request: Request) -> Response:
