@@ -26,6 +26,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# command -> (the optional extra it needs, the top-level modules that extra installs)
+_SERVE_MODULES = frozenset(
+    {"starlette", "uvicorn", "httpx", "httpcore", "h11", "anyio", "redis", "tokenizers",
+     "httptools", "uvloop"}
+)  # fmt: skip
+EXTRAS: dict[str, tuple[str, frozenset[str]]] = {
+    "serve": ("serve", _SERVE_MODULES),
+    "bench": ("serve", _SERVE_MODULES),
+    "calibrate": ("serve", _SERVE_MODULES),
+}
+
+
+def _missing_extra(name: str, exc: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install, when `exc` is a module of that extra."""
+    extra = EXTRAS.get(name)
+    missing = (exc.name or "").split(".")[0]
+    if extra is None or missing not in extra[1]:
+        return None
+    return (
+        f"kvwise {name}: needs the '{extra[0]}' extra (no module {missing!r}): "
+        f"pip install 'kvwise[{extra[0]}]'  (from a checkout: pip install -e '.[{extra[0]}]')"
+    )
+
+
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
     lines = [f"usage: kvwise COMMAND [options]   (kvwise {__version__})", "", "commands:"]
@@ -48,9 +72,15 @@ def main(argv: list[str] | None = None) -> int:
             f"kvwise: unknown command {name!r}; choose from: {', '.join(COMMANDS)}", file=sys.stderr
         )
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
     try:
+        module = importlib.import_module(COMMANDS[name][0])
         return int(module.run(rest) if name not in ("models", "gpus") else module.run(name, rest))
+    except ModuleNotFoundError as exc:  # an optional extra not installed: say which, no traceback
+        line = _missing_extra(name, exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
     except KvwiseError as exc:
         print(f"kvwise {name}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -21,6 +21,7 @@ from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.app import Gateway, create_app
 from kvwise.gateway.config import GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
 from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from kvwise.gateway.server_limits import uvicorn_config
 from kvwise.gateway.sessions import SessionCaps
 from tests.engine_fixture import free_port
 
@@ -94,7 +95,9 @@ class RunningGateway:
 def start_gateway(config: GatewayConfig) -> RunningGateway:
     app = create_app(config)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn_config(app, "127.0.0.1", port, config.server, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

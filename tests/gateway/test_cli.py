@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ def test_attached_to_an_upstream_it_learns_the_limits_from_the_engine(tmp_path: 
                 {"name": "r0", "url": upstream, "kv_budget_tokens": 48_000}
             ]
             assert "/metrics" in str(limits["kv_budget_source"])
+            assert limits["max_num_seqs"] is None  # the engine does not report it: said so
+            assert "pass --max-num-seqs" in str(limits["max_num_seqs_source"])
             body = {
                 "model": "fake",
                 "messages": [{"role": "user", "content": "hi"}],
@@ -62,15 +65,38 @@ def test_attached_to_an_upstream_it_learns_the_limits_from_the_engine(tmp_path: 
             assert httpx.post(f"{url}/v1/chat/completions", json=body).status_code == 200
 
 
+def test_max_num_seqs_caps_the_sequences_running_on_each_replica(tmp_path: Path) -> None:
+    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+        args = ["--upstream", ups[0][0], "--max-num-seqs", "2"]
+        with kvwise_serve(args, tmp_path) as (url, limits):
+            assert (limits["max_num_seqs"], limits["max_num_seqs_source"]) == (2, "--max-num-seqs")
+            body = {
+                "model": "fake",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2,
+            }
+
+            async def burst() -> list[int]:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as api:
+                    replies = await asyncio.gather(
+                        *(api.post("/v1/chat/completions", json=body) for _ in range(6))
+                    )
+                return [r.status_code for r in replies]
+
+            assert asyncio.run(burst()) == [200] * 6
+        assert ups[0][1].peak_running == 2  # the engine never saw more than its cap
+
+
 def test_launched_replicas_serve_and_stop_with_the_gateway(tmp_path: Path) -> None:
     engine = f"{sys.executable} -m kvwise.gateway.fake_upstream --model {{model}}"
     args = ["tiny", "--launch", "--replicas", "2", "--engine-command", engine,
             "--log-dir", str(tmp_path / "logs"),
-            "--kv-budget-tokens", "5000", "--max-model-len", "1024"]  # fmt: skip
+            "--kv-budget-tokens", "5000", "--max-model-len", "1024", "--admin-key", "sk-op"]  # fmt: skip
     with kvwise_serve(args, tmp_path) as (url, limits):
         replicas = limits["replicas"]
         assert isinstance(replicas, list) and len(replicas) == 2
-        health = httpx.get(f"{url}/health").json()
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}  # no addresses to anyone
+        health = httpx.get(f"{url}/health", headers={"authorization": "Bearer sk-op"}).json()
         assert [r["healthy"] for r in health["replicas"].values()] == [True, True]
         replica_urls = [r["url"] for r in replicas]
     for replica_url in replica_urls:  # the gateway took its replicas down with it
@@ -83,6 +109,8 @@ def test_user_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     assert "give --upstream URL" in capsys.readouterr().err
     assert main(["serve", "--upstream", "http://127.0.0.1:1", "--max-queue", "0"]) == 2
     assert "--max-queue must be positive" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "https://engine.internal"]) == 2  # never in clear text
+    assert "TLS to upstreams is not supported" in capsys.readouterr().err
 
 
 def test_demo_uses_the_cached_conversion_and_the_cpu_engine_flags(tmp_path: Path) -> None:
@@ -127,3 +155,27 @@ def test_a_model_and_a_gpu_make_the_plan_the_budget(tmp_path: Path) -> None:
                 {"name": "r0", "url": ups[0][0], "kv_budget_tokens": planned.kv.tokens}
             ]
             assert "Qwen/Qwen2.5-7B-Instruct on RTX 4090" in str(limits["plan"])
+
+
+BLOCK_SERVE_EXTRA = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"starlette", "uvicorn", "httpx", "redis", "tokenizers"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from kvwise.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", [["serve", "--upstream", "http://127.0.0.1:9"], ["bench"]])
+def test_without_the_serve_extra_one_line_says_what_to_install(command: list[str]) -> None:
+    """As after a plain `pip install -e .`: the extra's modules cannot be imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_SERVE_EXTRA, *command],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'kvwise[serve]'" in lines[0], done.stderr

@@ -232,10 +232,11 @@ def test_a_heavy_agent_does_not_starve_the_others(vllm_engine: EngineProcess) ->
     with running_gateway(config) as gw:
         asyncio.run(scenario(gw.url, gw.gateway))
         after_blockers = list(gw.gateway.admission.admitted_flows)[4:]
-    lights = {f"session:light-{i}" for i in range(12)}
-    assert after_blockers[0] == "session:heavy"
+    # `user` is the end user's label (no session): the fair queue's flow, within the tenant
+    lights = {f"user:open/light-{i}" for i in range(12)}
+    assert after_blockers[0] == "user:open/heavy"
     assert set(after_blockers[1:13]) == lights
-    assert after_blockers[13:] == ["session:heavy"] * 11
+    assert after_blockers[13:] == ["user:open/heavy"] * 11
 
 
 def test_overload_past_the_queue_gets_429_with_retry_after_and_no_5xx(

@@ -52,7 +52,7 @@ def test_newcomers_start_at_the_virtual_time_of_the_request_in_service() -> None
 
 def test_bounded_and_cancellable() -> None:
     queue: FairQueue[str] = FairQueue(max_queue=2)
-    first = queue.push("a", 5, "a1")
+    first, _ = queue.push("a", 5, "a1")
     queue.push("b", 7, "b1")
     with pytest.raises(QueueFull):
         queue.push("c", 1, "c1")
@@ -63,3 +63,16 @@ def test_bounded_and_cancellable() -> None:
     assert drain(queue) == ["b1", "c1"]
     with pytest.raises(IndexError):
         queue.pop()
+
+
+def test_a_full_queue_makes_room_for_a_newcomer_by_refusing_the_longest_flows_newest() -> None:
+    queue: FairQueue[str] = FairQueue(max_queue=4)
+    for i in range(4):
+        assert queue.push("agent", 10, f"a{i}")[1] is None
+    assert queue.push("newcomer", 10, "n0")[1] == "a3"  # the agent's newest is refused
+    assert queue.push("other", 10, "o0")[1] == "a2"
+    with pytest.raises(QueueFull):  # 2, 1, 1: pushing out one more would not be fairer
+        queue.push("newcomer", 10, "n1")
+    with pytest.raises(QueueFull):
+        queue.push("agent", 10, "a4")  # the longest flow never pushes out others
+    assert [queue.pop().item for _ in range(len(queue))] == ["a0", "n0", "o0", "a1"]

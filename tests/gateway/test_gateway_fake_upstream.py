@@ -196,3 +196,58 @@ def test_start_up_frees_garbage_before_freezing_what_start_up_made() -> None:
             assert gc.get_freeze_count() > 0
     finally:
         gc.enable()
+
+
+def test_one_session_filling_the_queue_does_not_keep_a_newcomer_out() -> None:
+    """One request runs at a time (budget); an agent queues 4 more, filling the queue; a
+    newcomer is still queued and served, and the agent's newest request is the one refused."""
+    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+        config = make_config([ups[0][0]], budget_tokens=1, max_queue=4)
+        with running_gateway(config) as gw:
+
+            async def ask(api: httpx.AsyncClient, session: str, delay_s: float) -> int:
+                await asyncio.sleep(delay_s)
+                headers = {"x-session-id": session}
+                response = await api.post("/v1/chat/completions", json=CHAT, headers=headers)
+                return response.status_code
+
+            async def scenario() -> list[int]:
+                async with httpx.AsyncClient(base_url=gw.url, timeout=30) as api:
+                    agent = [ask(api, "agent", 0.02 * i) for i in range(5)]
+                    return await asyncio.gather(*agent, ask(api, "newcomer", 0.2))
+
+            statuses = asyncio.run(scenario())
+        assert statuses == [200, 200, 200, 200, 429, 200]
+
+
+def test_end_to_end_headers_reach_the_engine_and_hop_by_hop_ones_and_the_key_do_not() -> None:
+    with fake_upstreams(Behaviour()) as ups:
+        config = make_config(
+            [ups[0][0]],
+            security=SecurityConfig(api_keys=("sk-client",)),
+            upstream_api_key="sk-engine",
+        )
+        with running_gateway(config) as gw:
+            sent = {
+                "authorization": "Bearer sk-client",
+                "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                "x-request-id": "req-7",
+                "x-team": "search",
+                "connection": "keep-alive, x-hop",
+                "x-hop": "one connection only",
+                "proxy-authorization": "Basic abc",
+                "te": "trailers",
+                "accept-encoding": "gzip",
+            }
+            for stream in (False, True):
+                response = httpx.post(
+                    f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": stream}, headers=sent
+                )
+                assert response.status_code == 200
+                received = ups[0][1].last_headers
+                assert received["traceparent"] == sent["traceparent"]
+                assert (received["x-request-id"], received["x-team"]) == ("req-7", "search")
+                assert received["authorization"] == "Bearer sk-engine"
+                for hop in ("x-hop", "proxy-authorization", "te", "accept-encoding", "keep-alive"):
+                    assert hop not in received, hop
+                assert received.get("connection", "keep-alive") == "keep-alive"  # the relay's own

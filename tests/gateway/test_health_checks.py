@@ -1,5 +1,5 @@
 """The gateway's health ticks: /health decides up or down, /metrics the engine's load, and a
-replica too slow to answer keeps its state.
+replica too slow to answer keeps its state for a few probes, then is down.
 
 The replica here is a raw asyncio server scripted per path: the test is about how the gateway
 reads the answers (status, body, timing), which needs exact control of them.
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import kvwise.gateway.app as app_module
 from kvwise.gateway.app import Gateway
 from kvwise.gateway.stream_server import StreamServer, start_stream_server
 from tests.gateway.servers import make_config
@@ -48,7 +47,7 @@ async def scripted_replica(answer: Answer) -> tuple[StreamServer, str]:
 
 async def one_tick(answer: Answer, *, was_healthy: bool = True) -> Gateway:
     server, url = await scripted_replica(answer)
-    gateway = Gateway(make_config([url]))
+    gateway = Gateway(make_config([url], health_timeout_s=0.2))
     await gateway.start()
     try:
         gateway.replicas[0].is_healthy = was_healthy
@@ -102,8 +101,7 @@ def test_a_replica_that_refuses_connections_is_marked_down() -> None:
 def test_a_replica_too_slow_to_answer_keeps_its_state(
     monkeypatch: pytest.MonkeyPatch, was_healthy: bool
 ) -> None:
-    """A busy engine is not a dead one: the next tick asks again."""
-    monkeypatch.setattr(app_module, "HEALTH_TIMEOUT_S", 0.2)
+    """One slow answer is not a dead replica: the next tick asks again."""
 
     async def stalled(path: str) -> tuple[int, bytes]:
         await asyncio.sleep(2)
@@ -111,6 +109,38 @@ def test_a_replica_too_slow_to_answer_keeps_its_state(
 
     gateway = asyncio.run(one_tick(stalled, was_healthy=was_healthy))
     assert gateway.replicas[0].is_healthy is was_healthy
+
+
+def test_a_replica_silent_for_several_probes_is_down_until_it_answers() -> None:
+    """A hung process accepts connections and never answers: down after `health_failures`
+    probes in a row, back at the first answer."""
+    is_hung = True
+
+    async def answer(path: str) -> tuple[int, bytes]:
+        while is_hung:
+            await asyncio.sleep(0.05)
+        return 200, METRICS if path == "/metrics" else b""
+
+    async def scenario() -> list[bool]:
+        nonlocal is_hung
+        server, url = await scripted_replica(answer)
+        config = make_config([url], health_timeout_s=0.2, health_failures=3, health_interval_s=60)
+        gateway = Gateway(config)
+        await gateway.start()  # its first check is one probe unanswered
+        try:
+            states = [gateway.replicas[0].is_healthy]
+            for _ in range(2):
+                await gateway.check_replicas()
+                states.append(gateway.replicas[0].is_healthy)
+            is_hung = False
+            await gateway.check_replicas()
+            states.append(gateway.replicas[0].is_healthy)
+            return states
+        finally:
+            await gateway.stop()
+            server.close()
+
+    assert asyncio.run(scenario()) == [True, True, False, True]
 
 
 def test_stopping_ends_the_health_loop_even_when_a_tick_swallows_the_cancellation(

@@ -48,3 +48,16 @@ def test_an_engine_that_queues_takes_nothing_more_but_an_idle_replica_takes_one(
     replica.release(500)
     replica.is_healthy = False
     assert not replica.has_room(1)
+
+
+def test_the_running_cap_counts_sequences() -> None:
+    replica = Replica("r0", "http://r0", budget_tokens=10_000, max_num_seqs=4)
+    replica.reserve(100, num_seqs=3)  # one request with n=3
+    assert replica.has_room(100, num_seqs=1)
+    assert not replica.has_room(100, num_seqs=2)  # 5 sequences: vLLM would queue one
+    replica.reserve(100)
+    assert not replica.has_room(1)
+    replica.release(100, num_seqs=3)
+    assert replica.has_room(100, num_seqs=3)
+    alone = Replica("r1", "http://r1", budget_tokens=10_000, max_num_seqs=2)
+    assert alone.has_room(100, num_seqs=8)  # more than the cap runs alone rather than never

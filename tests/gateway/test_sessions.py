@@ -40,8 +40,13 @@ async def exercise(store: SessionStore) -> None:
         await store.append_turn("s1", None, turn(i))
     capped = await store.load("s1")
     assert [m["content"] for m in capped.messages] == ["u2", "a2", "u3", "a3", "u4", "a4"]  # max 6
+    await store.append_turn("s2", None, turn(0) + turn(1))
+    await store.append_turn("s2", None, turn(7), num_kept=1)  # the client rewound to u0
+    assert [m["content"] for m in (await store.load("s2")).messages] == ["u0", "u7", "a7"]
+    await store.append_turn("s2", None, turn(8), num_kept=0)  # ... or edited its first message
+    assert [m["content"] for m in (await store.load("s2")).messages] == ["u8", "a8"]
     assert (await store.load("nobody")).messages == []
-    assert await store.count_sessions() == 1
+    assert await store.count_sessions() == 2
 
 
 async def test_sqlite_store_keeps_turns_across_a_restart(tmp_path: Path) -> None:

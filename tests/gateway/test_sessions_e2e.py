@@ -70,7 +70,7 @@ def test_history_is_rebuilt_trimmed_and_survives_a_restart(
 
     async def stored() -> list[dict[str, Any]]:
         db = SqliteStore(Path(store), SessionCaps(3600, 1000, 2**20))
-        history = await db.load("agent-1")
+        history = await db.load("open/agent-1")  # the session of the open tenant (no keys)
         await db.close()
         assert history.system == [SYSTEM]
         return history.messages
@@ -107,19 +107,21 @@ def test_a_redis_outage_is_a_503_and_never_an_unstored_turn_acknowledged(
             config = make_config([ups[0][0]], sessions=session_config(redis.url))
             with running_gateway(config) as gw:
                 url = f"{gw.url}/v1/chat/completions"
-                body = {"model": "fake", "messages": [user(0)], "max_tokens": 4, "user": "a"}
-                assert httpx.post(url, json=body).status_code == 200  # turn 1 stored
-                with httpx.stream("POST", url, json={**body, "stream": True}) as stream:
+                body = {"model": "fake", "messages": [user(0)], "max_tokens": 4}
+                session = {"x-session-id": "a"}
+                assert httpx.post(url, json=body, headers=session).status_code == 200  # turn 1
+                stream_body = {**body, "stream": True}
+                with httpx.stream("POST", url, json=stream_body, headers=session) as stream:
                     lines = stream.iter_lines()
                     assert next(line for line in lines if '"content"' in line)
                     redis.stop()  # while the reply streams
                     rest = list(lines)
                 assert "session store unavailable" in "".join(rest)
                 assert "data: [DONE]" not in rest
-                refused = httpx.post(url, json=body)  # the history cannot be read
+                refused = httpx.post(url, json=body, headers=session)  # history unreadable
                 assert refused.status_code == 503, refused.text
                 assert "session store unavailable" in refused.json()["error"]["message"]
-                stateless = httpx.post(url, json={**body, "user": None})  # no session: served
+                stateless = httpx.post(url, json=body)  # no session: served
                 assert stateless.status_code == 200
                 time.sleep(1.0)  # five health ticks with the store down: one warning
                 store_warnings = [r for r in caplog.records if "not answering" in r.message]

@@ -6,21 +6,29 @@ Public API (what other capabilities and tests use):
     run(argv) -> int                                            kvwise.gateway.cli (the command)
 
 How a request flows, module by module:
+    server_limits  head size/count caps, head/body deadlines (a uvicorn protocol subclass)
+    security    API keys, admin keys, failed-attempt throttling, rate limits, the caller's tenant
     asgi        raw ASGI helpers: capped body read, JSON errors, disconnect detection
     schemas     pydantic request bodies (unknown OpenAI fields pass through)
     prepare     validate, rebuild and trim session history, count tokens, KV cost, 400s
       tokens      prompt-token bounds: tokenizer.json, else UTF-8 bytes
       history     trimming that never separates a tool call from its results
-      sessions    session store interface + SQLite (WAL); redis_store: Redis
+      merge       lining up a resent / edited conversation with the stored one
+      sessions    session store interface + SQLite (WAL); redis_store: Redis (+ durability)
     admission   KV-token leases on replicas, the fair queue, 429 + Retry-After
       fairqueue   start-time fair queuing across sessions / API keys, in KV tokens
       routing     consistent hashing with bounded loads (session / prefix affinity)
       replicas    per-replica budget, reservations, live engine load from /metrics
     endpoint    the exchange: relay (streaming or not), failover before the first token,
                 a clean SSE error after it; sse: event splitting and reply collection
-      upstream_http  the hot-path HTTP/1.1 client to the engines
-    app         the Gateway state, health loop, routes; metrics: Prometheus exposition
+      upstream_stream  an upstream stream held back to its first token (failover up to there)
+      upstream_http  the hot-path HTTP/1.1 client to the engines (stall timeouts, aborts)
+      forwarding  which client headers reach the engine
+      internal_error  the gateway's own failures: a counted, logged 500 with a request id
+    app         the Gateway state, health loop, routes; metrics: Prometheus exposition;
+                openapi: the request schemas as an OpenAPI document
     launcher    vLLM replicas: ports, GPU groups, logs, readiness, restart with back-off
     discovery   limits from flags, the plan, or the running engine; demo: SmolLM2 on CPU
+    startup_summary  what `kvwise serve` prints at start
     fake_upstream  a canned-token server for benchmarks and failure injection (not an engine)
 """

@@ -5,7 +5,8 @@ replica has room and nobody queued is ahead; otherwise the request waits in `Fai
 across flows) until a release makes room, up to `queue_timeout_s`. A full queue or a timeout
 raises `Overloaded` (the HTTP layer answers 429 with Retry-After). Service is strictly in
 queue order: the head waits for room even if a smaller request behind it would fit, so large
-requests are never starved by a stream of small ones.
+requests are never starved by a stream of small ones. A full queue makes room for a flow with
+fewer requests queued than the longest one by refusing that one's newest (see `fairqueue`).
 
 Everything here runs on the event loop; no locks are needed.
 """
@@ -50,6 +51,7 @@ class Ticket:
     flow: str  # fairness key: session id, else API key, else client address
     affinity_key: str  # session id or system-prompt prefix, for the router
     cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
+    num_seqs: int = 1  # sequences vLLM runs for it: n choices x prompts
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Lease:
     replica: Replica
     cost_tokens: int
     admission: Admission
+    num_seqs: int = 1
     is_released: bool = False
 
     def release(self) -> None:
@@ -93,10 +96,14 @@ class Admission:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, exclude, loop.create_future())
         try:
-            entry = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
+            entry, pushed_out = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
         except QueueFull:
             self.num_rejected += 1
             raise Overloaded("queue full", self.retry_after_s()) from None
+        if pushed_out is not None:  # the longest flow's newest request made room for this one
+            self.num_rejected += 1
+            reason = "queue full; this client has more than its share queued"
+            pushed_out.future.set_exception(Overloaded(reason, self.retry_after_s()))
         self.num_queued += 1
         try:
             return await asyncio.wait_for(
@@ -112,16 +119,18 @@ class Admission:
             raise Overloaded("queue timeout", self.retry_after_s()) from None
 
     def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
-        replica = self.router.pick(ticket.affinity_key, ticket.cost_tokens, exclude)
+        replica = self.router.pick(
+            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs
+        )
         if replica is None:
             return None
-        replica.reserve(ticket.cost_tokens)
+        replica.reserve(ticket.cost_tokens, ticket.num_seqs)
         self.num_admitted += 1
         self.admitted_flows.append(ticket.flow)
-        return Lease(replica, ticket.cost_tokens, self)
+        return Lease(replica, ticket.cost_tokens, self, ticket.num_seqs)
 
     def release(self, lease: Lease) -> None:
-        lease.replica.release(lease.cost_tokens)
+        lease.replica.release(lease.cost_tokens, lease.num_seqs)
         self.dispatch()
 
     def dispatch(self) -> None:

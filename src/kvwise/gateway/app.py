@@ -2,7 +2,8 @@
 
 Routes: POST /v1/chat/completions and /v1/completions (KV admission, streaming relay, failover),
 GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json.
-API keys guard the /v1 routes; /health and /metrics stay open, as on vLLM itself.
+API keys guard the /v1 routes; /health says up or down to anyone and details to admin keys;
+/metrics is open, as on vLLM itself, unless admin keys are configured.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hashlib
 import logging
+import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,33 +23,48 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvwise.errors import UsageError
 from kvwise.gateway.admission import Admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
+from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.launcher import Supervisor
 from kvwise.gateway.metrics import GatewayMetrics, Gauge
+from kvwise.gateway.openapi import openapi_document
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
-from kvwise.gateway.schemas import ChatRequest, CompletionRequest
-from kvwise.gateway.security import ApiKeys, RateLimiter
+from kvwise.gateway.security import (
+    OPEN_TENANT,
+    ApiKeys,
+    AuthFailures,
+    Caller,
+    RateLimiter,
+    tenant_of_key,
+)
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.tokens import load_tokenizer
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
 
 log = logging.getLogger("kvwise.gateway")
 
-HEALTH_TIMEOUT_S = 5.0
-
 
 class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.replicas = [Replica(u.name, u.url, u.budget_tokens) for u in config.upstreams]
+        self.replicas = [
+            Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
+        ]
         self.admission = Admission(Router(self.replicas), config.admission)
         self.tokenizer = load_tokenizer(config.tokenizer_path)
-        self.api_keys = ApiKeys(config.security.api_keys)
+        keys_file = config.security.api_keys_file
+        self.api_keys = ApiKeys(config.security.api_keys, Path(keys_file) if keys_file else None)
+        self.admin_keys = ApiKeys(config.security.admin_keys)
+        security = config.security
+        self.auth_failures = AuthFailures(
+            security.max_auth_failures, security.auth_failure_window_s
+        )
         rps = config.security.rate_limit_rps
         self.rate_limiter = RateLimiter(rps, config.security.rate_limit_burst) if rps else None
         self.store: SessionStore | None = None
@@ -91,28 +108,57 @@ class Gateway:
         if self.store is not None:
             await self.store.close()
 
-    def authorize(self, scope: Scope) -> str:
-        """The client's identity (its API key, else its address), or 401 / 429."""
-        client = scope["client"][0] if scope.get("client") else "unknown"
+    def authorize(self, scope: Scope) -> Caller:
+        """Who is asking (its tenant and fairness flow), or 401 / 429."""
+        address = _address(scope)
+        caller = Caller(OPEN_TENANT, address)
         if self.api_keys.is_required:
-            key = self.api_keys.check(header(scope, b"authorization"))
-            if key is None:
-                raise HttpError(401, "missing or invalid API key", "authentication_error")
-            client = (
-                "key:" + hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
-            )  # no key text kept
+            key = self._check_key(self.api_keys, scope, address)
+            tenant = tenant_of_key(key)
+            caller = Caller(tenant, tenant)
         if self.rate_limiter is not None:
-            wait_s = self.rate_limiter.try_take(client)
+            wait_s = self.rate_limiter.try_take(caller.flow)
             if wait_s > 0:
                 self.metrics.rate_limited.inc()
                 raise HttpError(429, "rate limit exceeded for this API key", "rate_limit_exceeded",
                                 headers={"retry-after": str(max(1, round(wait_s)))})  # fmt: skip
-        return client
+        return caller
 
-    def mark_down(self, replica: Replica) -> None:
+    def is_admin(self, scope: Scope) -> bool:
+        """An admin key was sent. False for none and for an API key (a client polling /health
+        with its own key must not lock itself out); 401 / 429 for any other key."""
+        authorization = header(scope, b"authorization")
+        if not self.admin_keys.is_required or authorization is None:
+            return False
+        if self.api_keys.check(authorization) is not None:
+            return False
+        self._check_key(self.admin_keys, scope, _address(scope))
+        return True
+
+    def _check_key(self, keys: ApiKeys, scope: Scope, address: str) -> str:
+        """The key sent, if listed; an address out of attempts is not even checked (429)."""
+        wait_s = self.auth_failures.wait_s(address)
+        if wait_s > 0:
+            self.metrics.rate_limited.inc()
+            raise HttpError(429, "too many failed API key attempts from this address",
+                            "rate_limit_exceeded", headers={"retry-after": str(math.ceil(wait_s))})  # fmt: skip
+        key = keys.check(header(scope, b"authorization"))
+        if key is None:
+            self.auth_failures.record(address)
+            raise HttpError(401, "missing or invalid API key", "authentication_error")
+        return key
+
+    def mark_down(self, replica: Replica, reason: str = "") -> None:
+        """Out of service until a health probe gets an answer; the requests still waiting for
+        its response head are aborted, and fail over like any other failure before a token."""
         if replica.is_healthy:
-            log.warning("replica %s marked down", replica.name)
+            log.warning("replica %s marked down%s", replica.name, f" ({reason})" if reason else "")
         replica.is_healthy = False
+        num_aborted = self.upstream.abort_waiting(replica.url)
+        if num_aborted:
+            log.warning(
+                "replica %s: %d waiting request(s) sent elsewhere", replica.name, num_aborted
+            )
 
     def count_response(self, status: int) -> None:
         self.metrics.responses.inc(str(status))
@@ -120,16 +166,28 @@ class Gateway:
     async def store_turn(self, turn: TurnToStore, reply: dict[str, Any]) -> None:
         assert self.store is not None
         try:
-            await self.store.append_turn(turn.session_id, turn.system, [*turn.new_messages, reply])
+            await self.store.append_turn(
+                turn.session_id, turn.system, [*turn.new_messages, reply], turn.num_kept
+            )
         except Exception as exc:  # the client must not take an unstored turn for a stored one
             log.warning("session store failed to store a turn: %s", exc)
             raise store_unavailable("the turn was not stored; send it again") from None
 
     async def check_replicas(self) -> None:
+        self._reload_keys()
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         if self.store is not None:
             await self._count_sessions(self.store)
         self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
+
+    def _reload_keys(self) -> None:
+        """A keys file edited since the last tick is read again: keys added or revoked within
+        a health interval, no restart. An unreadable file keeps the keys in force."""
+        try:
+            if self.api_keys.reload():
+                log.warning("API keys file read again: the new key list is in force")
+        except UsageError as exc:
+            log.warning("%s; the keys in force stay", exc)
 
     async def _count_sessions(self, store: SessionStore) -> None:
         """The sessions gauge; a store that cannot answer is one warning, not one per tick."""
@@ -145,19 +203,30 @@ class Gateway:
             self._store_is_reachable = True
 
     async def _check(self, replica: Replica) -> None:
-        """Down when it refuses connections or answers /health with an error; a slow answer
-        (a busy engine) leaves its state as it was, and the next tick asks again."""
+        """Down when it refuses connections, answers /health with an error, or leaves
+        `health_failures` probes in a row unanswered within `health_timeout_s` (a hung process:
+        it accepts connections and says nothing). Up again at its first good answer."""
         try:
             status, _ = await self._get(f"{replica.url}/health")
             if status != 200:
                 log.warning("replica %s answers /health with %d", replica.name, status)
-            replica.is_healthy = status == 200
+                self.mark_down(replica)
+                return
             status, body = await self._get(f"{replica.url}/metrics")
-            replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
         except (asyncio.TimeoutError, UpstreamTimeout):
-            log.warning("replica %s slow to answer its health check", replica.name)
+            replica.num_failed_probes += 1
+            if replica.num_failed_probes >= self.config.health_failures:
+                self.mark_down(replica, f"{replica.num_failed_probes} probes unanswered")
+            else:
+                log.warning("replica %s slow to answer its health check", replica.name)
+            return
         except UpstreamConnectionError:
             self.mark_down(replica)
+            return
+        if not replica.is_healthy:
+            log.warning("replica %s answers again: back in service", replica.name)
+        replica.is_healthy, replica.num_failed_probes = True, 0
+        replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
 
     async def _get(self, url: str) -> tuple[int, bytes]:
         """A health-check GET on the relay's own HTTP client: it runs on the serving event loop
@@ -170,7 +239,7 @@ class Gateway:
             finally:
                 response.close()
 
-        return await asyncio.wait_for(get(), HEALTH_TIMEOUT_S)
+        return await asyncio.wait_for(get(), self.config.health_timeout_s)
 
     async def _health_loop(self) -> None:
         # Python 3.11's asyncio.wait_for returns a result that completed as it was cancelled,
@@ -183,17 +252,33 @@ class Gateway:
                 log.exception("health check failed")
 
 
+def _address(scope: Scope) -> str:
+    return str(scope["client"][0]) if scope.get("client") else "unknown"
+
+
 async def _health(request: Request) -> Response:
+    """Up or down for anyone (load balancers); the replicas and their addresses for admins."""
     gateway: Gateway = request.app.state.gateway
-    replicas = {r.name: {"url": r.url, "healthy": r.is_healthy} for r in gateway.replicas}
     status = 200 if any(r.is_healthy for r in gateway.replicas) else 503
-    return JSONResponse(
-        {"status": "ok" if status == 200 else "unavailable", "replicas": replicas}, status
-    )
+    body: dict[str, Any] = {"status": "ok" if status == 200 else "unavailable"}
+    try:
+        if gateway.is_admin(request.scope):
+            body["replicas"] = {
+                r.name: {"url": r.url, "healthy": r.is_healthy} for r in gateway.replicas
+            }
+    except HttpError as exc:
+        return JSONResponse(exc.body(), exc.status, exc.headers)
+    return JSONResponse(body, status)
 
 
 async def _metrics(request: Request) -> Response:
+    """Open, as on vLLM, unless admin keys are configured: then for admins only."""
     gateway: Gateway = request.app.state.gateway
+    try:
+        if gateway.admin_keys.is_required and not gateway.is_admin(request.scope):
+            raise HttpError(401, "an admin key is required", "authentication_error")
+    except HttpError as exc:
+        return JSONResponse(exc.body(), exc.status, exc.headers)
     return Response(gateway.metrics.registry.render(), media_type="text/plain; version=0.0.4")
 
 
@@ -214,28 +299,6 @@ async def _models(request: Request) -> Response:
             return Response(upstream.content, media_type="application/json")
     error = HttpError(503, "no healthy replica", "service_unavailable")
     return JSONResponse(error.body(), error.status)
-
-
-def openapi_document() -> dict[str, Any]:
-    """The request schemas, for clients and fuzzers (schemathesis) alike."""
-    operations = {
-        "/v1/chat/completions": ChatRequest.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        ),
-        "/v1/completions": CompletionRequest.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        ),
-    }
-    components: dict[str, Any] = {}
-    paths: dict[str, Any] = {}
-    for path, schema in operations.items():
-        components.update(schema.pop("$defs", {}))
-        body = {"required": True, "content": {"application/json": {"schema": schema}}}
-        outcomes = ((200, "completion"), (400, "invalid request"), (401, "bad key"), (429, "busy"))
-        responses = {str(code): {"description": text} for code, text in outcomes}
-        paths[path] = {"post": {"requestBody": body, "responses": responses}}
-    info = {"title": "kvwise gateway", "version": "1"}
-    return {"openapi": "3.1.0", "info": info, "paths": paths, "components": {"schemas": components}}
 
 
 async def _openapi(request: Request) -> Response:
@@ -282,7 +345,12 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        error = internal_error(gateway, request.scope, exc)
+        return JSONResponse(error.body(), error.status, error.headers)
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: on_error})
     app.state.gateway = gateway
     return _HotPath(app, completions)
 
@@ -307,4 +375,9 @@ class _HotPath:
                     log.exception("unhandled error in %s", scope["path"])
                     raise
                 return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Starlette re-raises what its error handler has already answered and logged
+        with contextlib.suppress(Exception):
+            await self.app(scope, receive, send)

@@ -14,7 +14,6 @@ At start it prints the limits it enforces and where each came from (`--json`: as
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -26,10 +25,18 @@ from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
 from kvwise.gateway.admission import AdmissionConfig
-from kvwise.gateway.config import MIB, GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
+from kvwise.gateway.config import (
+    MIB,
+    GatewayConfig,
+    SecurityConfig,
+    ServerLimits,
+    SessionConfig,
+    UpstreamSpec,
+)
 from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
-from kvwise.gateway.security import read_keys_file
+from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
+from kvwise.gateway.startup_summary import describe, print_limits
 
 DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
 DAY_S = 86_400
@@ -64,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
     )
     engines.add_argument("--upstream-api-key", help="key the engines expect (never the client's)")
+    d = GatewayConfig.__dataclass_fields__
+    engines.add_argument(
+        "--stall-timeout", type=float, default=d["stall_timeout_s"].default,
+        help="seconds a stream may stay silent (before its head, between chunks) before its "
+        "replica is taken for hung",
+    )  # fmt: skip
+    engines.add_argument(
+        "--health-timeout", type=float, default=d["health_timeout_s"].default,
+        help="seconds a health probe may take",
+    )  # fmt: skip
+    engines.add_argument(
+        "--health-failures", type=int, default=d["health_failures"].default,
+        help="probes unanswered in a row before a replica is down",
+    )  # fmt: skip
     _add_gateway_flags(parser)
     add_vllm_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the enforced limits as JSON")
@@ -89,9 +110,20 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--api-key", action="append", default=[], help="accepted key (repeatable)"
     )
     security.add_argument("--api-keys-file", type=Path, help="one accepted key per line")
+    security.add_argument(
+        "--admin-key", action="append", default=[],
+        help="key for /metrics and /health's replica details (repeatable; without one, /metrics "
+        "is open and the details are shown to no one)",
+    )  # fmt: skip
+    security.add_argument(
+        "--max-auth-failures", type=int, default=MAX_AUTH_FAILURES,
+        help="wrong keys one address may send per --auth-failure-window before 429s",
+    )  # fmt: skip
+    security.add_argument("--auth-failure-window", type=float, default=AUTH_FAILURE_WINDOW_S)
     security.add_argument("--max-body-bytes", type=int, default=8 * MIB)
     security.add_argument("--rate-limit", type=float, help="requests per second per key")
     security.add_argument("--rate-burst", type=int, default=20)
+    _add_server_flags(parser)
     sessions = parser.add_argument_group("agent sessions")
     sessions.add_argument(
         "--session-history", action="store_true", help="store turns, rebuild prompts"
@@ -100,7 +132,18 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--session-store", default=DEFAULT_SESSION_STORE, help="SQLite path or redis://"
     )
     sessions.add_argument(
+        "--session-store-durable",
+        action="store_true",
+        help="refuse to start on a Redis that can lose acknowledged turns (else: one warning)",
+    )
+    sessions.add_argument(
         "--session-ttl", type=float, default=7 * DAY_S, help="seconds idle before forgotten"
+    )
+    sessions.add_argument(
+        "--session-from-user",
+        action="store_true",
+        help="take the OpenAI `user` field as the session id when X-Session-Id is absent "
+        "(by default `user` only labels the end user, for fairness and routing)",
     )
     sessions.add_argument("--session-max-messages", type=int, default=2000)
     sessions.add_argument("--session-max-bytes", type=int, default=16 * MIB)
@@ -117,6 +160,33 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    d = ServerLimits()
+    server = parser.add_argument_group("connections (enforced before the API key is checked)")
+    server.add_argument("--max-head-bytes", type=int, default=d.max_head_bytes,
+                        help="request line + headers; 431 beyond")  # fmt: skip
+    server.add_argument("--max-headers", type=int, default=d.max_headers, help="431 beyond")
+    server.add_argument("--head-timeout", type=float, default=d.head_timeout_s,
+                        help="seconds to receive a request head (408 after)")  # fmt: skip
+    server.add_argument("--body-timeout", type=float, default=d.body_timeout_s,
+                        help="seconds to receive a request body once its head is in")  # fmt: skip
+    server.add_argument("--keep-alive-timeout", type=int, default=d.keep_alive_timeout_s,
+                        help="seconds an idle kept-alive connection stays open")  # fmt: skip
+    server.add_argument("--max-connections", type=int, default=d.max_connections,
+                        help="connections and requests at once; 503 beyond")  # fmt: skip
+
+
+def server_limits(args: argparse.Namespace) -> ServerLimits:
+    return ServerLimits(
+        args.max_head_bytes,
+        args.max_headers,
+        args.head_timeout,
+        args.body_timeout,
+        args.keep_alive_timeout,
+        args.max_connections,
+    )
+
+
 def _positive(args: argparse.Namespace, *names: str) -> None:
     for name in names:
         value = getattr(args, name)
@@ -125,8 +195,18 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:
-    keys = tuple(args.api_key) + (read_keys_file(args.api_keys_file) if args.api_keys_file else ())
-    return SecurityConfig(keys, args.max_body_bytes, args.rate_limit, args.rate_burst)
+    if args.api_keys_file:
+        read_keys_file(args.api_keys_file)  # unreadable: one line and exit 2, now
+    return SecurityConfig(
+        tuple(args.api_key),
+        args.max_body_bytes,
+        args.rate_limit,
+        args.rate_burst,
+        admin_keys=tuple(args.admin_key),
+        max_auth_failures=args.max_auth_failures,
+        auth_failure_window_s=args.auth_failure_window,
+        api_keys_file=str(args.api_keys_file) if args.api_keys_file else None,
+    )
 
 
 def session_config(args: argparse.Namespace) -> SessionConfig:
@@ -142,6 +222,7 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
         reply_reserve_tokens=args.session_reply_tokens,
         max_prompt_tokens=args.session_max_prompt_tokens,
         trim_low_water=args.session_trim_low_water,
+        is_user_session=args.session_from_user,
     )
 
 
@@ -178,14 +259,30 @@ def start_engines(args: argparse.Namespace) -> Started:
         return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
     if not args.upstream:
         raise UsageError("give --upstream URL (a running server), --launch with a MODEL, or --demo")
+    for url in args.upstream:
+        check_upstream_url(url)
     return Started(list(args.upstream), None, args.tokenizer)
+
+
+def check_upstream_url(url: str) -> None:
+    """The relay speaks plain HTTP/1.1: an https:// URL would send the upstream key and every
+    prompt in clear text (to port 80), so it is refused rather than downgraded."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "https":
+        raise UsageError(
+            f"--upstream {url}: TLS to upstreams is not supported yet; use http:// on a private "
+            "network, or a TLS proxy (stunnel, nginx) on the gateway's host"
+        )
+    if scheme != "http":
+        raise UsageError(f"--upstream {url}: give an http:// URL (e.g. http://127.0.0.1:8001)")
 
 
 def build_config(
     args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
 ) -> GatewayConfig:
     upstreams = tuple(
-        UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens) for i, url in enumerate(urls)
+        UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens, limits.max_num_seqs)
+        for i, url in enumerate(urls)
     )
     return GatewayConfig(
         upstreams=upstreams,
@@ -195,54 +292,11 @@ def build_config(
         sessions=session_config(args),
         tokenizer_path=tokenizer,
         upstream_api_key=args.upstream_api_key,
+        server=server_limits(args),
+        health_timeout_s=args.health_timeout,
+        health_failures=args.health_failures,
+        stall_timeout_s=args.stall_timeout,
     )
-
-
-def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) -> dict[str, Any]:
-    sessions = config.sessions
-    return {
-        "listen": f"http://{args.host}:{args.port}",
-        "replicas": [
-            {"name": u.name, "url": u.url, "kv_budget_tokens": u.budget_tokens}
-            for u in config.upstreams
-        ],
-        "kv_budget_source": limits.kv_budget_source,
-        "max_model_len": config.max_model_len,
-        "max_model_len_source": limits.max_model_len_source,
-        "plan": limits.plan_summary,
-        "max_queue": config.admission.max_queue,
-        "queue_timeout_s": config.admission.queue_timeout_s,
-        "api_keys": len(config.security.api_keys),
-        "session_store": sessions.store if sessions else None,
-        "session_history": bool(sessions and sessions.is_history_enabled),
-        "token_counting": "tokenizer.json"
-        if config.tokenizer_path
-        else "UTF-8 bytes (upper bound)",
-    }
-
-
-def print_limits(summary: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(summary, indent=2), flush=True)
-        return
-    s = summary
-    lines = ["kvwise serve: enforcing"]
-    if s["plan"]:
-        lines.append(f"  plan:          {s['plan']}")
-    for r in s["replicas"]:
-        lines.append(
-            f"  replica {r['name']}:    {r['url']}  KV budget {r['kv_budget_tokens']:,} tokens"
-        )
-    history = "on" if s["session_history"] else "off"
-    lines += [
-        f"  KV budget from {s['kv_budget_source']}",
-        f"  max_model_len: {s['max_model_len']:,} (from {s['max_model_len_source']})",
-        f"  queue:         {s['max_queue']} requests, {s['queue_timeout_s']:g} s timeout; 429 past",
-        f"  sessions:      store {s['session_store']}, history {history}",
-        f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}",
-        f"  listening on   {s['listen']}",
-    ]
-    print("\n".join(lines), flush=True)
 
 
 def run(argv: list[str]) -> int:
@@ -255,6 +309,17 @@ def run(argv: list[str]) -> int:
         "replicas",
         "max_body_bytes",
         "rate_limit",
+        "max_head_bytes",
+        "max_headers",
+        "head_timeout",
+        "body_timeout",
+        "keep_alive_timeout",
+        "max_connections",
+        "max_auth_failures",
+        "auth_failure_window",
+        "stall_timeout",
+        "health_timeout",
+        "health_failures",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -265,6 +330,7 @@ def run(argv: list[str]) -> int:
     try:
         limits = discover_limits(args, planned, started.urls)
         config = build_config(args, started.urls, limits, started.tokenizer_path)
+        check_store_durability(args)
         print_limits(describe(config, limits, args), args.json)
         serve(config, args.host, args.port, started.supervisor)
     finally:
@@ -273,16 +339,35 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def check_store_durability(args: argparse.Namespace) -> None:
+    """Redis persists as configured: say so at start when acknowledged turns can be lost."""
+    if not args.session_store.startswith(("redis://", "rediss://", "unix://")):
+        return  # SQLite: WAL with synchronous=FULL, every turn on disk before it is acknowledged
+    from kvwise.gateway.redis_store import durability_problem
+
+    problem = durability_problem(args.session_store)
+    if problem is None:
+        return
+    if args.session_store_durable:
+        raise UsageError(f"--session-store-durable: the Redis session store {problem}")
+    print(f"kvwise serve: warning: the Redis session store {problem}", file=sys.stderr, flush=True)
+
+
 def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
     import uvicorn
 
     from kvwise.gateway.app import create_app
+    from kvwise.gateway.server_limits import uvicorn_config
 
     app = create_app(config, supervisor=supervisor)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler it found: make
     # that one an exit, so the launched replicas are stopped on the way out (cli.run's finally)
     signal.signal(signal.SIGTERM, _exit_on_signal)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    limits = config.server
+    server = uvicorn.Server(
+        uvicorn_config(app, host, port, limits, log_level="warning", access_log=False)
+    )
+    server.run()
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

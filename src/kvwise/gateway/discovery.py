@@ -17,12 +17,17 @@ from kvwise.core.flags import flags_from_args
 from kvwise.errors import UpstreamError, UsageError
 from kvwise.gateway.replicas import parse_engine_metrics
 
+# vLLM's /metrics and /v1/models do not report it; until given, only the engine's reported
+# waiting requests hold requests back
+NO_MAX_NUM_SEQS = "not known (vLLM does not report max_num_seqs): pass --max-num-seqs"
+
 
 @dataclass(frozen=True)
 class PlannedLimits:
     kv_tokens: int
     max_model_len: int
     summary: str
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class Limits:
     max_model_len: int
     max_model_len_source: str
     plan_summary: str | None
+    max_num_seqs: int | None = None  # running sequences per replica; None: not known
+    max_num_seqs_source: str = NO_MAX_NUM_SEQS
 
 
 def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
@@ -56,7 +63,9 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
         f"max_model_len {result.flags.max_model_len:,}, "
         f"max concurrency {result.kv.max_concurrency:.1f}"
     )
-    return PlannedLimits(result.kv.tokens, result.flags.max_model_len, summary)
+    return PlannedLimits(
+        result.kv.tokens, result.flags.max_model_len, summary, result.flags.max_num_seqs
+    )
 
 
 def _engine_limits(url: str) -> tuple[int | None, int | None]:
@@ -95,6 +104,25 @@ def discover_limits(
         raise UsageError(
             "cannot tell max_model_len: pass --max-model-len, or a MODEL and --gpu to plan"
         )
+    max_num_seqs, max_num_seqs_source = _max_num_seqs(args, planned)
     return Limits(
-        budget, budget_source, max_len, max_len_source, planned.summary if planned else None
+        budget,
+        budget_source,
+        max_len,
+        max_len_source,
+        planned.summary if planned else None,
+        max_num_seqs,
+        max_num_seqs_source,
     )
+
+
+def _max_num_seqs(
+    args: argparse.Namespace, planned: PlannedLimits | None
+) -> tuple[int | None, str]:
+    """The engine's running cap: --max-num-seqs (given to vLLM too with --launch), else the
+    plan's (vLLM's default for the release and GPU), else unknown."""
+    if getattr(args, "max_num_seqs", None):
+        return args.max_num_seqs, "--max-num-seqs"
+    if planned is not None and planned.max_num_seqs:
+        return planned.max_num_seqs, "the plan"
+    return None, NO_MAX_NUM_SEQS

@@ -18,10 +18,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from kvwise.gateway import sse
+from kvwise.gateway import internal_error, sse
 from kvwise.gateway.admission import Lease, NoReplica, Overloaded
 from kvwise.gateway.asgi import (
     ClientGone,
@@ -35,20 +35,19 @@ from kvwise.gateway.asgi import (
     send_response,
     wait_for_disconnect,
 )
+from kvwise.gateway.forwarding import forwarded_headers
 from kvwise.gateway.prepare import PrepareContext, Prepared
 from kvwise.gateway.replicas import Replica
-from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamResponse
+from kvwise.gateway.security import Caller
+from kvwise.gateway.upstream_http import UpstreamConnectionError
+from kvwise.gateway.upstream_stream import ReplicaFailed, UpstreamStream
 
 if TYPE_CHECKING:
     from kvwise.gateway.app import Gateway
 
 log = logging.getLogger("kvwise.gateway")
 
-PrepareFn = Callable[[PrepareContext, bytes, "str | None", str], Awaitable[Prepared]]
-
-
-class ReplicaFailed(Exception):
-    """The replica could not serve this request (connection failure or 5xx)."""
+PrepareFn = Callable[[PrepareContext, bytes, "str | None", Caller], Awaitable[Prepared]]
 
 
 class CompletionsEndpoint:
@@ -60,10 +59,10 @@ class CompletionsEndpoint:
         started_s = time.perf_counter()
         gateway = self.gateway
         try:
-            client = gateway.authorize(scope)
+            caller = gateway.authorize(scope)
             raw = await read_body(scope, receive, gateway.config.security.max_body_bytes)
             prepared = await self.prepare(
-                gateway.prepare_context, raw, header(scope, b"x-session-id"), client
+                gateway.prepare_context, raw, header(scope, b"x-session-id"), caller
             )
         except HttpError as exc:
             gateway.count_response(exc.status)
@@ -71,7 +70,24 @@ class CompletionsEndpoint:
             return
         except ClientGone:
             return
+        except RecursionError:  # a body parsed, but too deep for a later step to walk
+            gateway.count_response(400)
+            await send_error(send, HttpError(400, "request body is nested too deeply"))
+            return
+        except Exception as exc:
+            error = internal_error.internal_error(gateway, scope, exc)
+            await internal_error.answer(send, error, has_started_response=False)
+            return
         exchange = Exchange(gateway, prepared, send, started_s)
+        exchange.upstream_headers = forwarded_headers(scope, gateway.upstream_headers)
+        try:
+            await self._run(exchange, receive)
+        except Exception as exc:
+            error = internal_error.internal_error(gateway, scope, exc)
+            await internal_error.answer(send, error, exchange.has_started_response)
+
+    async def _run(self, exchange: Exchange, receive: Receive) -> None:
+        gateway = self.gateway
         # The exchange runs in this task (a task of its own would cost a pass of the event loop
         # on the TTFT path); a watcher cancels it if the client goes away first.
         task = asyncio.current_task()
@@ -111,6 +127,7 @@ class Exchange:
         self.send = send
         self.started_s = started_s
         self.lease: Lease | None = None
+        self.upstream_headers = gateway.upstream_headers
         self.queue_wait_s = 0.0
         self.sent_upstream_s = started_s
         self.tried: list[Replica] = []
@@ -181,7 +198,7 @@ class Exchange:
         while True:
             try:
                 response = await self.gateway.upstream.post(
-                    self._url(), self.prepared.body, self.gateway.upstream_headers
+                    self._url(), self.prepared.body, self.upstream_headers
                 )
                 try:
                     body = await response.read()
@@ -223,7 +240,8 @@ class Exchange:
                     self.gateway.upstream,
                     self._url(),
                     self.prepared.body,
-                    self.gateway.upstream_headers,
+                    self.upstream_headers,
+                    self.gateway.config.stall_timeout_s,
                 )
             except ReplicaFailed as exc:
                 if await self._failover(str(exc), is_replica_down="HTTP" not in str(exc)):
@@ -244,49 +262,6 @@ class Exchange:
             await StreamRelay(self, stream).run()
         finally:
             stream.response.close()
-
-
-class UpstreamStream:
-    """An upstream SSE response, read up to its first token (or its end) before anything is sent."""
-
-    def __init__(self, response: UpstreamResponse) -> None:
-        self.response = response
-        self.chunks: AsyncIterator[bytes] = response.iter_raw()
-        self.splitter = sse.EventSplitter()
-        self.held: list[bytes] = []  # events read before the first token
-        self.is_finished = False
-        self.first_token_read_s: float | None = None
-
-    @classmethod
-    async def open(
-        cls, client: UpstreamClient, url: str, body: bytes, headers: dict[str, str]
-    ) -> UpstreamStream:
-        try:
-            response = await client.post(url, body, headers)
-        except UpstreamConnectionError as exc:
-            raise ReplicaFailed(str(exc)) from None
-        if response.status >= 500:
-            response.close()
-            raise ReplicaFailed(f"HTTP {response.status}")
-        stream = cls(response)
-        if response.status == 200:
-            try:
-                await stream._read_to_first_token()
-            except UpstreamConnectionError as exc:
-                response.close()
-                raise ReplicaFailed(f"{exc} before the first token") from None
-        return stream
-
-    async def _read_to_first_token(self) -> None:
-        async for chunk in self.chunks:
-            events = self.splitter.feed(chunk)
-            self.held += events  # all of them: one read can bring the first token and more
-            for event in events:
-                payload = sse.event_json(event)
-                if sse.is_done(event) or (payload is not None and sse.carries_token(payload)):
-                    self.first_token_read_s = time.perf_counter()
-                    return
-        self.is_finished = True
 
 
 def _is_token_event(event: bytes) -> bool:

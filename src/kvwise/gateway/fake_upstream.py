@@ -27,6 +27,8 @@ class Behaviour:
     ttft_s: float = 0.0
     itl_s: float = 0.0
     drop_after_tokens: int | None = None  # close the connection abruptly after this many tokens
+    stall_after_tokens: int | None = None  # go silent after this many tokens, connection open
+    is_hung: bool = False  # read requests and answer nothing, /health included, until cleared
     status: int = 200
     max_model_len: int = 4096
     pool_tokens: int = 100_000
@@ -39,6 +41,8 @@ class FakeUpstream:
         self.num_requests = 0
         self.num_running = 0
         self.peak_running = 0
+        self.last_headers: dict[str, str] = {}  # of the last completion request, for tests
+        self.last_request: dict[str, object] = {}
         self.server: StreamServer | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
@@ -73,6 +77,8 @@ class FakeUpstream:
             for k, _, v in (h.partition(":") for h in header_lines if h)
         }
         body = await reader.readexactly(int(headers.get("content-length", "0")))
+        while self.behaviour.is_hung:  # a hung process: the kernel accepts, nobody answers
+            await asyncio.sleep(0.02)
         if method == "GET":
             self._write_plain(writer, *self._get(path))
         elif self.behaviour.status != 200:
@@ -81,7 +87,8 @@ class FakeUpstream:
             )
         else:
             self.num_requests += 1
-            return await self._complete(path, json.loads(body), writer)
+            self.last_headers, self.last_request = headers, json.loads(body)
+            return await self._complete(path, self.last_request, writer)
         await writer.drain()
         return True
 
@@ -161,6 +168,9 @@ class FakeUpstream:
             ):
                 writer.transport.abort()  # a crash: no terminating chunk, connection reset
                 return False
+            stall_after = self.behaviour.stall_after_tokens
+            if stall_after is not None and i >= stall_after:
+                await asyncio.sleep(3600)  # a wedged engine: nothing more, nothing closed
             if i:
                 await asyncio.sleep(self.behaviour.itl_s)
             finish = "length" if i == num_tokens - 1 else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,9 @@ from kvwise.gateway.admission import Ticket
 from kvwise.gateway.asgi import HttpError
 from kvwise.gateway.config import SessionConfig
 from kvwise.gateway.history import Message, trim_history
+from kvwise.gateway.merge import merge
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest, describe_validation_error
+from kvwise.gateway.security import Caller
 from kvwise.gateway.sessions import SessionStore, store_unavailable
 from kvwise.gateway.tokens import (
     TEMPLATE_TOKENS_FOR_REPLY,
@@ -42,9 +45,10 @@ log = logging.getLogger("kvwise.gateway")
 
 @dataclass(frozen=True)
 class TurnToStore:
-    session_id: str
+    session_id: str  # scoped by tenant: see `session_key`
     system: list[Message] | None  # None: keep the stored system prompt
     new_messages: list[Message]
+    num_kept: int | None = None  # stored messages to keep before them; None: all
 
 
 @dataclass(frozen=True)
@@ -66,18 +70,38 @@ class PrepareContext:
     store: SessionStore | None
 
 
+# A \uD800-\uDFFF escape: a surrogate, paired (an emoji from an ASCII-only encoder) or not
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _parse(raw: bytes, model: type[BaseModel]) -> tuple[dict[str, Any], Any]:
     try:
         body = json.loads(raw)
     except ValueError:
         raise HttpError(400, "request body is not valid JSON") from None
+    except RecursionError:
+        raise HttpError(400, "request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise HttpError(400, "request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        _reject_lone_surrogates(body)
     try:
         return body, model.model_validate(body)
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
         raise HttpError(400, message, param=param) from None
+
+
+def _reject_lone_surrogates(body: dict[str, Any]) -> None:
+    """A lone UTF-16 surrogate (`"\\ud800"`) parses in Python but is no Unicode text: no
+    tokenizer, UTF-8 encoder or engine can take it."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        message = "request body contains a lone UTF-16 surrogate escape; strings must be Unicode"
+        raise HttpError(400, message) from None
+    except RecursionError:  # parsed, but too deep for the encoder
+        raise HttpError(400, "request body is nested too deeply") from None
 
 
 def _check_length(prompt: TokenCount, reply_tokens: int | None, max_model_len: int) -> None:
@@ -101,15 +125,43 @@ def sequence_cost(prompt: TokenCount, reply_tokens: int | None, max_model_len: i
     return min(max_model_len, prompt.upper + reply_tokens)
 
 
-def _affinity(session_id: str | None, prefix: str) -> str:
-    return f"session:{session_id}" if session_id else f"prefix:{prefix[:AFFINITY_PREFIX_CHARS]}"
+def session_key(caller: Caller, session_id: str) -> str:
+    """A session id as stored: within its tenant, so one API key never reaches another's
+    session, whatever id it sends (the tenant part has a fixed form the client cannot forge)."""
+    return f"{caller.tenant}/{session_id}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    session: str | None  # the tenant-scoped session key
+    flow: str  # the fair queue's flow: the session, else the end user, else the caller
+    affinity: str | None  # routing key before the prompt prefix: the session, else the user
+
+
+def identify(ctx: PrepareContext, caller: Caller, session_id: str | None, user: Any) -> Identity:
+    """`user` is an end-user label (fairness, affinity), a session id only when configured so:
+    two conversations of one end user are not one session."""
+    end_user = session_key(caller, user) if isinstance(user, str) and user else None
+    if not session_id and end_user and ctx.sessions is not None and ctx.sessions.is_user_session:
+        session_id = user
+    session = session_key(caller, session_id) if session_id else None
+    if session is not None:
+        return Identity(session, f"session:{session}", f"session:{session}")
+    if end_user is not None:
+        return Identity(None, f"user:{end_user}", f"user:{end_user}")
+    return Identity(None, caller.flow, None)
+
+
+def _affinity(identity: Identity, prefix: str) -> str:
+    return identity.affinity or f"prefix:{prefix[:AFFINITY_PREFIX_CHARS]}"
 
 
 async def prepare_chat(
-    ctx: PrepareContext, raw: bytes, session_id: str | None, client: str
+    ctx: PrepareContext, raw: bytes, session_id: str | None, caller: Caller
 ) -> Prepared:
     body, request = _parse(raw, ChatRequest)
-    session_id = session_id or request.user
+    identity = identify(ctx, caller, session_id, request.user)
+    session_id = identity.session
     reply_tokens = request.reply_tokens()
     headers: dict[str, str] = {}
     turn = None
@@ -127,15 +179,16 @@ async def prepare_chat(
     _check_length(prompt, reply_tokens, ctx.max_model_len)
     system = next((m for m in messages if m.get("role") == "system"), None)
     ticket = Ticket(
-        flow=f"session:{session_id}" if session_id else client,
-        affinity_key=_affinity(session_id, str(system.get("content")) if system else ""),
+        flow=identity.flow,
+        affinity_key=_affinity(identity, str(system.get("content")) if system else ""),
         cost_tokens=request.n * sequence_cost(prompt, reply_tokens, ctx.max_model_len),
+        num_seqs=request.n,
     )
     return Prepared("/v1/chat/completions", raw, request.stream, ticket, prompt, turn, headers)
 
 
 async def prepare_completion(
-    ctx: PrepareContext, raw: bytes, session_id: str | None, client: str
+    ctx: PrepareContext, raw: bytes, session_id: str | None, caller: Caller
 ) -> Prepared:
     _, request = _parse(raw, CompletionRequest)
     prompts = request.prompts()
@@ -144,30 +197,17 @@ async def prepare_completion(
     counts = [count_prompt(ctx.tokenizer, p) for p in prompts]
     for count in counts:
         _check_length(count, request.max_tokens, ctx.max_model_len)
-    session_id = session_id or request.user
+    identity = identify(ctx, caller, session_id, request.user)
     first = prompts[0] if isinstance(prompts[0], str) else ""
     ticket = Ticket(
-        flow=f"session:{session_id}" if session_id else client,
-        affinity_key=_affinity(session_id, first),
+        flow=identity.flow,
+        affinity_key=_affinity(identity, first),
         cost_tokens=request.n
         * sum(sequence_cost(c, request.max_tokens, ctx.max_model_len) for c in counts),
+        num_seqs=request.n * len(counts),
     )
     total = TokenCount(sum(c.lower for c in counts), sum(c.upper for c in counts))
     return Prepared("/v1/completions", raw, request.stream, ticket, total)
-
-
-def _same_message(a: Message, b: Message) -> bool:
-    keys = ("role", "content", "tool_call_id")
-    return all((a.get(k) or None) == (b.get(k) or None) for k in keys)  # "" and null alike
-
-
-def _new_part(stored: list[Message], incoming: list[Message]) -> list[Message]:
-    """A client that resends the whole conversation is recognised: only the tail is new."""
-    if len(incoming) >= len(stored) and all(
-        _same_message(s, i) for s, i in zip(stored, incoming, strict=False)
-    ):
-        return incoming[len(stored) :]
-    return incoming
 
 
 async def _apply_history(
@@ -181,7 +221,7 @@ async def _apply_history(
         raise store_unavailable("cannot load the session's history; retry later") from None
     sent_system = [m for m in body["messages"] if m.get("role") == "system"]
     incoming = [m for m in body["messages"] if m.get("role") != "system"]
-    new_messages = _new_part(stored.messages, incoming)
+    merged = merge(stored.messages, incoming)
     system = sent_system or stored.system
     reserve = reply_tokens or ctx.sessions.reply_reserve_tokens
     max_prompt = ctx.max_model_len - reserve - TEMPLATE_TOKENS_FOR_REPLY
@@ -189,7 +229,7 @@ async def _apply_history(
     if ctx.sessions.max_prompt_tokens is not None:
         max_prompt = min(max_prompt, ctx.sessions.max_prompt_tokens)
     trimmed = trim_history(
-        system + stored.messages + new_messages,
+        system + merged.history(stored.messages),
         max_prompt,
         lambda msgs: count_messages(ctx.tokenizer, msgs).upper,
         ctx.sessions.trim_low_water,
@@ -199,5 +239,7 @@ async def _apply_history(
         "x-kvwise-history-dropped-messages": str(trimmed.num_dropped_messages),
         "x-kvwise-history-dropped-tokens": str(trimmed.num_dropped_tokens),
     }
-    turn = TurnToStore(session_id, sent_system or None, new_messages)
+    is_rewound = merged.num_kept < len(stored.messages)
+    num_kept = merged.num_kept if is_rewound else None
+    turn = TurnToStore(session_id, sent_system or None, merged.new_messages, num_kept)
     return turn, trimmed.messages, headers

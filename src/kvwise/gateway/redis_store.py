@@ -6,7 +6,11 @@ Keys (all with the session TTL, refreshed on every turn):
     kvwise:sessions                sorted set: session id -> last update (unix s), for counting
 
 A turn is one MULTI/EXEC transaction, so another instance sees all of it or none. Redis persists
-as its own configuration says (AOF/RDB); that durability is the operator's choice.
+as its own configuration says, and `durability_problem` reads that configuration at start: only
+`appendonly yes` with `appendfsync always` keeps every acknowledged turn through a crash of the
+machine, as SQLite with `synchronous=FULL` does. With `appendfsync everysec` (Redis's default
+once AOF is on) a power loss can take the last second of turns; without AOF, RDB snapshots
+lose everything since the last one (redis.io, "Redis persistence").
 """
 
 from __future__ import annotations
@@ -20,6 +24,32 @@ from kvwise.gateway.sessions import SessionCaps, SessionHistory, units_to_drop
 
 _PREFIX = "kvwise:session:"
 _INDEX = "kvwise:sessions"
+
+
+def durability_problem(url: str, timeout_s: float = 5.0) -> str | None:
+    """One line saying how acknowledged turns can be lost with this Redis, or None."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, decode_responses=True)
+    try:
+        config = {**client.config_get("appendonly"), **client.config_get("appendfsync")}
+    except redis.ResponseError as exc:  # CONFIG renamed or refused (managed services)
+        return f"cannot read its persistence settings ({exc}): acknowledged turns may be lost"
+    except redis.RedisError as exc:
+        return f"not answering ({type(exc).__name__}): cannot check its persistence"
+    finally:
+        client.close()
+    if config.get("appendonly") != "yes":
+        return (
+            "appendonly is off: a Redis crash loses every turn since its last RDB snapshot "
+            "(set appendonly yes, appendfsync always)"
+        )
+    if config.get("appendfsync") != "always":
+        return (
+            f"appendfsync is {config.get('appendfsync')}: a machine crash can lose the last "
+            "second of acknowledged turns (set appendfsync always)"
+        )
+    return None
 
 
 class RedisStore:
@@ -38,7 +68,11 @@ class RedisStore:
         return SessionHistory(system, [json.loads(b) for b in bodies])
 
     async def append_turn(
-        self, session_id: str, system: list[Message] | None, messages: list[Message]
+        self,
+        session_id: str,
+        system: list[Message] | None,
+        messages: list[Message],
+        num_kept: int | None = None,
     ) -> None:
         ttl_ms = int(self.caps.ttl_s * 1000)
         messages_key, system_key = (
@@ -50,6 +84,10 @@ class RedisStore:
                 pipe.set(system_key, json.dumps(system), px=ttl_ms)
             else:
                 pipe.pexpire(system_key, ttl_ms)
+            if num_kept == 0:
+                pipe.delete(messages_key)
+            elif num_kept is not None:
+                pipe.ltrim(messages_key, 0, num_kept - 1)
             if messages:
                 pipe.rpush(messages_key, *[json.dumps(m) for m in messages])
             pipe.pexpire(messages_key, ttl_ms)

@@ -76,15 +76,20 @@ def parse_engine_metrics(text: str) -> EngineLoad:
 class Replica:
     """One upstream server and what the gateway holds on it (mutated only on the event loop)."""
 
-    def __init__(self, name: str, url: str, budget_tokens: int) -> None:
+    def __init__(
+        self, name: str, url: str, budget_tokens: int, max_num_seqs: int | None = None
+    ) -> None:
         self.name = name
         self.url = url.rstrip("/")
         self.budget_tokens = budget_tokens
+        self.max_num_seqs = max_num_seqs  # the engine's running cap; None: not known
         self.reserved_tokens = 0
         self.num_in_flight = 0
+        self.num_seqs = 0  # sequences of ours in flight (a request with n choices runs n)
         self.peak_reserved_tokens = 0
         self.peak_in_flight = 0
         self.is_healthy = True
+        self.num_failed_probes = 0  # health probes unanswered in a row
         self.load: EngineLoad | None = None
 
     def effective_budget_tokens(self) -> int:
@@ -98,22 +103,26 @@ class Replica:
             budget -= max(0, used_tokens - ours_at_most)
         return budget
 
-    def has_room(self, cost_tokens: int) -> bool:
+    def has_room(self, cost_tokens: int, num_seqs: int = 1) -> bool:
         if not self.is_healthy:
             return False
         if self.num_in_flight == 0:
             return True
+        if self.max_num_seqs is not None and self.num_seqs + num_seqs > self.max_num_seqs:
+            return False  # vLLM would queue it: it runs at most max_num_seqs sequences
         if self.load is not None and self.load.num_requests_waiting > 0:
             return False
         return self.reserved_tokens + cost_tokens <= self.effective_budget_tokens()
 
-    def reserve(self, cost_tokens: int) -> None:
+    def reserve(self, cost_tokens: int, num_seqs: int = 1) -> None:
         self.reserved_tokens += cost_tokens
         self.num_in_flight += 1
+        self.num_seqs += num_seqs
         self.peak_reserved_tokens = max(self.peak_reserved_tokens, self.reserved_tokens)
         self.peak_in_flight = max(self.peak_in_flight, self.num_in_flight)
 
-    def release(self, cost_tokens: int) -> None:
+    def release(self, cost_tokens: int, num_seqs: int = 1) -> None:
         self.reserved_tokens -= cost_tokens
         self.num_in_flight -= 1
+        self.num_seqs -= num_seqs
         assert self.reserved_tokens >= 0 and self.num_in_flight >= 0

@@ -49,10 +49,15 @@ class Router:
                     break
         return order
 
-    def pick(self, key: str, cost_tokens: int, exclude: Sequence[Replica] = ()) -> Replica | None:
-        """The replica to reserve `cost_tokens` on, or None when none has room now."""
+    def pick(
+        self, key: str, cost_tokens: int, exclude: Sequence[Replica] = (), num_seqs: int = 1
+    ) -> Replica | None:
+        """The replica to reserve `cost_tokens` (`num_seqs` sequences) on, or None when none
+        has room now."""
         candidates = [
-            r for r in self.ring_order(key) if r not in exclude and r.has_room(cost_tokens)
+            r
+            for r in self.ring_order(key)
+            if r not in exclude and r.has_room(cost_tokens, num_seqs)
         ]
         if not candidates:
             return None

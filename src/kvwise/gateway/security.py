@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from dataclasses import dataclass
@@ -23,20 +24,65 @@ def read_keys_file(path: Path) -> tuple[str, ...]:
     )
 
 
+OPEN_TENANT = "open"  # without API keys every client is one tenant (loopback use)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request. `tenant` owns sessions (a session id is only ever looked up within
+    its tenant); `flow` is what rate limits and, without a session, fair queuing key on."""
+
+    tenant: str  # "key:<digest of the API key>" (no key text kept), or OPEN_TENANT
+    flow: str  # the tenant with API keys, else the client's address
+
+
+def tenant_of_key(key: str) -> str:
+    # 128 bits: two keys of one deployment never share sessions by a digest collision
+    return "key:" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
 class ApiKeys:
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self._keys = [k.encode() for k in keys]
+    """The accepted keys: fixed ones (flags) and those of a keys file, which `reload` reads
+    again when the file changes (a key added or revoked without a restart)."""
+
+    def __init__(self, keys: tuple[str, ...], keys_file: Path | None = None) -> None:
+        self._fixed = [k.encode() for k in keys]
+        self._file = keys_file
+        self._file_version: tuple[int, int] | None = None
+        self._keys = list(self._fixed)
+        # decided once: a keys file emptied later locks everyone out, it never opens the door
+        self._is_required = bool(keys) or keys_file is not None
+        if keys_file is not None:
+            self.reload()
 
     @property
     def is_required(self) -> bool:
-        return bool(self._keys)
+        return self._is_required
+
+    def reload(self) -> bool:
+        """Read the keys file again if it changed since the last read; True when it did.
+        Raises UsageError when it cannot be read (the keys in force stay)."""
+        if self._file is None:
+            return False
+        try:
+            stat = self._file.stat()
+        except OSError as exc:
+            raise UsageError(f"cannot read --api-keys-file {self._file}: {exc.strerror}") from exc
+        version = (stat.st_mtime_ns, stat.st_size)
+        if version == self._file_version:
+            return False
+        file_keys = read_keys_file(self._file)
+        self._keys = self._fixed + [k.encode() for k in file_keys]
+        self._file_version = version
+        return True
 
     def check(self, authorization: str | None) -> str | None:
         """The matching key for `Bearer <key>`, or None. Every key is compared, in constant
         time each, so the time taken says nothing about which key nearly matched."""
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():  # RFC 7235: scheme is caseless
             return None
-        offered = authorization[len("Bearer ") :].strip().encode()
+        offered = credentials.strip().encode()
         match: bytes | None = None
         for key in self._keys:
             if hmac.compare_digest(offered, key):
@@ -60,13 +106,44 @@ class RateLimiter:
 
     def try_take(self, client: str, now_s: float | None = None) -> float:
         """0 when the request may pass, else the seconds until one token is back."""
+        bucket = self._refilled(client, now_s)
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return 0.0
+        return (1 - bucket.tokens) / self.rate_rps
+
+    def wait_s(self, client: str, now_s: float | None = None) -> float:
+        """What `try_take` would answer, taking nothing."""
+        bucket = self._refilled(client, now_s)
+        return 0.0 if bucket.tokens >= 1 else (1 - bucket.tokens) / self.rate_rps
+
+    def _refilled(self, client: str, now_s: float | None) -> _Bucket:
         now_s = time.monotonic() if now_s is None else now_s
         if len(self._buckets) > MAX_TRACKED_CLIENTS:
             self._buckets.clear()  # forget everyone rather than grow without bound
         bucket = self._buckets.setdefault(client, _Bucket(float(self.burst), now_s))
         bucket.tokens = min(self.burst, bucket.tokens + (now_s - bucket.updated_s) * self.rate_rps)
         bucket.updated_s = now_s
-        if bucket.tokens >= 1:
-            bucket.tokens -= 1
-            return 0.0
-        return (1 - bucket.tokens) / self.rate_rps
+        return bucket
+
+
+# fail2ban's defaults (jail.conf): maxretry = 5 failures within findtime = 10 minutes
+MAX_AUTH_FAILURES = 5
+AUTH_FAILURE_WINDOW_S = 600.0
+
+
+class AuthFailures:
+    """Failed key attempts per client address, as a token bucket (`max_failures` at once, as
+    many again per `window_s`). An address out of attempts gets 429 without its key being
+    checked at all, so guessing goes no faster than the bucket refills."""
+
+    def __init__(
+        self, max_failures: int = MAX_AUTH_FAILURES, window_s: float = AUTH_FAILURE_WINDOW_S
+    ) -> None:
+        self._bucket = RateLimiter(max_failures / window_s, max_failures)
+
+    def wait_s(self, address: str) -> float:
+        return self._bucket.wait_s(address)
+
+    def record(self, address: str) -> None:
+        self._bucket.try_take(address)

@@ -49,8 +49,14 @@ class SessionStore(Protocol):
     async def load(self, session_id: str) -> SessionHistory: ...
 
     async def append_turn(
-        self, session_id: str, system: list[Message] | None, messages: list[Message]
-    ) -> None: ...
+        self,
+        session_id: str,
+        system: list[Message] | None,
+        messages: list[Message],
+        num_kept: int | None = None,
+    ) -> None:
+        """Append a turn; with `num_kept`, first forget the stored messages past the first
+        `num_kept` (the client rewound or edited the conversation), in the same transaction."""
 
     async def count_sessions(self) -> int: ...
 
@@ -119,15 +125,29 @@ class SqliteStore:
         return SessionHistory(json.loads(row[0]), [json.loads(b[0]) for b in bodies])
 
     async def append_turn(
-        self, session_id: str, system: list[Message] | None, messages: list[Message]
+        self,
+        session_id: str,
+        system: list[Message] | None,
+        messages: list[Message],
+        num_kept: int | None = None,
     ) -> None:
-        await self._run(self._append_turn, session_id, system, messages)
+        await self._run(self._append_turn, session_id, system, messages, num_kept)
 
     def _append_turn(
-        self, session_id: str, system: list[Message] | None, messages: list[Message]
+        self,
+        session_id: str,
+        system: list[Message] | None,
+        messages: list[Message],
+        num_kept: int | None,
     ) -> None:
         now_s = time.time()
         with self._transaction():
+            if num_kept is not None:
+                self._db.execute(
+                    "DELETE FROM messages WHERE session_id = ? AND seq NOT IN (SELECT seq FROM "
+                    "messages WHERE session_id = ? ORDER BY seq LIMIT ?)",
+                    (session_id, session_id, num_kept),
+                )
             last_seq = "COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = ?), -1)"
             row = self._db.execute(
                 f"SELECT system_json, {last_seq} FROM sessions WHERE session_id = ?",

@@ -31,6 +31,10 @@ class UpstreamTimeout(UpstreamConnectionError):
     """Connecting or reading took longer than its timeout: a busy server, or a dead one."""
 
 
+class ReplicaAborted(UpstreamConnectionError):
+    """The replica was marked down while this request waited for its answer."""
+
+
 class _StaleConnection(UpstreamConnectionError):
     """A kept-alive connection was closed by the server before it answered anything."""
 
@@ -51,6 +55,7 @@ class _Connection(asyncio.Protocol):
         self.read_timeout_s = read_timeout_s
         self.is_reused = False
         self.timed_out = False
+        self.is_aborted = False  # by abort_waiting(): the replica was marked down
         self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._buffer = bytearray()
@@ -63,6 +68,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def set_read_timeout(self, read_timeout_s: float) -> None:
+        """For the next exchange. The lazy timer only ever moves its deadline later: a shorter
+        timeout than the one it was armed with needs a new timer."""
+        if read_timeout_s < self.read_timeout_s and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.read_timeout_s = read_timeout_s
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -217,6 +230,8 @@ class UpstreamClient:
         self.read_timeout_s = read_timeout_s
         self._idle: defaultdict[tuple[str, int], list[_Connection]] = defaultdict(list)
         self._targets: dict[str, tuple[tuple[str, int], str, str]] = {}  # url -> parsed, reused
+        # connections with a request sent and no response head yet, per server
+        self._waiting: defaultdict[tuple[str, int], set[_Connection]] = defaultdict(set)
         self._is_closed = False
 
     def _target(self, url: str) -> tuple[tuple[str, int], str, str]:
@@ -228,15 +243,38 @@ class UpstreamClient:
             target = self._targets[url] = (key, parts.path or "/", parts.netloc)
         return target
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> UpstreamResponse:
-        """Send the request and read the response head; the body is read by the caller."""
-        return await self._request("POST", url, body, headers)
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        read_timeout_s: float | None = None,
+    ) -> UpstreamResponse:
+        """Send the request and read the response head; the body is read by the caller.
+        `read_timeout_s`: the longest silence (before the head, between reads) for this one."""
+        return await self._request("POST", url, body, headers, read_timeout_s)
 
     async def get(self, url: str, headers: dict[str, str] | None = None) -> UpstreamResponse:
         return await self._request("GET", url, b"", headers or {})
 
+    def abort_waiting(self, url: str) -> int:
+        """Abort the requests to `url`'s server still waiting for a response head (the replica
+        was marked down): they fail with ReplicaAborted and can go elsewhere. How many."""
+        key, _, _ = self._target(url)
+        waiting = self._waiting.pop(key, set())
+        for connection in waiting:
+            connection.is_aborted = True
+            if connection.transport is not None:
+                connection.transport.abort()
+        return len(waiting)
+
     async def _request(
-        self, method: str, url: str, body: bytes, headers: dict[str, str]
+        self,
+        method: str,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        read_timeout_s: float | None = None,
     ) -> UpstreamResponse:
         key, path, netloc = self._target(url)
         head = [f"{method} {path} HTTP/1.1", f"host: {netloc}"]
@@ -244,36 +282,31 @@ class UpstreamClient:
             head.append(f"content-length: {len(body)}")
         head += [f"{name}: {value}" for name, value in headers.items()]
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        timeout_s = read_timeout_s or self.read_timeout_s
         connection = await self._connection(key)
         try:
-            return await self._exchange(key, connection, request)
+            return await self._exchange(key, connection, request, timeout_s)
         except _StaleConnection:
             if not connection.is_reused:
                 raise
         # The server had closed the idle connection: it processed nothing, so send again.
-        return await self._exchange(key, await self._connect(key), request)
+        return await self._exchange(key, await self._connect(key), request, timeout_s)
 
     async def _exchange(
-        self, key: tuple[str, int], connection: _Connection, request: bytes
+        self, key: tuple[str, int], connection: _Connection, request: bytes, timeout_s: float
     ) -> UpstreamResponse:
+        connection.set_read_timeout(timeout_s)
+        waiting = self._waiting[key]
+        waiting.add(connection)
         try:
             connection.write(request)  # a write that fails is seen by the read that follows
-            status, headers = _parse_head(await connection.read_head())
-        except (ConnectionResetError, BrokenPipeError) as exc:
-            connection.close()
-            raise _StaleConnection(type(exc).__name__) from None
-        except asyncio.IncompleteReadError as exc:
-            connection.close()
-            if connection.timed_out:
-                raise UpstreamTimeout("timed out waiting for the response") from None
-            error = _StaleConnection if not exc.partial else UpstreamConnectionError
-            raise error("connection closed before the response") from None
-        except (OSError, ValueError) as exc:
-            connection.close()
-            raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
-        except BaseException:  # cancelled (the client left): the connection is mid-exchange
-            connection.close()
+            status, headers = await _read_head(connection)
+        except UpstreamConnectionError:
+            if connection.is_aborted:
+                raise ReplicaAborted("the replica was marked down") from None
             raise
+        finally:
+            waiting.discard(connection)
         return UpstreamResponse(status, headers, connection, self, key)
 
     async def _connection(self, key: tuple[str, int]) -> _Connection:
@@ -312,6 +345,27 @@ class UpstreamClient:
             for connection in connections:
                 connection.close()
         self._idle.clear()
+
+
+async def _read_head(connection: _Connection) -> tuple[int, dict[str, str]]:
+    """Status and headers; any failure closes the connection and says what it means."""
+    try:
+        return _parse_head(await connection.read_head())
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        connection.close()
+        raise _StaleConnection(type(exc).__name__) from None
+    except asyncio.IncompleteReadError as exc:
+        connection.close()
+        if connection.timed_out:
+            raise UpstreamTimeout("timed out waiting for the response") from None
+        error = _StaleConnection if not exc.partial else UpstreamConnectionError
+        raise error("connection closed before the response") from None
+    except (OSError, ValueError) as exc:
+        connection.close()
+        raise UpstreamConnectionError(f"{type(exc).__name__} before the response") from None
+    except BaseException:  # cancelled (the client left): the connection is mid-exchange
+        connection.close()
+        raise
 
 
 def _decode_chunks(data: bytes) -> tuple[list[bytes], bytes, bool]:
