@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
+from kvwise.cli import main
 from kvwise.core.flags import VllmFlags
 from kvwise.gateway.launcher import Supervisor, flag_args, plan_launches
 
@@ -62,3 +64,18 @@ def test_a_crashed_replica_is_restarted_after_a_growing_back_off(tmp_path: Path)
     finally:
         supervisor.stop()
     assert all(run.proc.poll() is not None for run in supervisor.running.values())
+
+
+def test_serve_launch_without_vllm_on_path_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM often lives in its own venv or a container: the command `plan` prints must not end
+    in a traceback there."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `vllm` anywhere
+    argv = ["serve", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--launch",
+            "--port", "0", "--log-dir", str(tmp_path / "logs")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the progress line, the error, in one line
+    assert last.startswith("kvwise serve: error:") and "not on PATH" in last
+    assert "--engine-command" in last and "Traceback" not in err

@@ -81,11 +81,14 @@ def start_demo(args: argparse.Namespace) -> Any:
     from kvwise.gateway.launcher import Supervisor, plan_launches
 
     python = engine_python()
-    print(
-        f"kvwise serve --demo: preparing {DEMO_MODEL_NAME} (first time: download and convert)",
-        file=sys.stderr,
-    )
-    model_dir = ensure_model(python, cache_dir())
+    target = cache_dir()
+    if not (target / "model.safetensors").is_file():  # said only when it happens
+        print(
+            f"kvwise serve --demo: first run: converting {DEMO_MODEL_NAME} into {target} "
+            "(about a minute)",
+            file=sys.stderr,
+        )
+    model_dir = ensure_model(python, target)
     launches = plan_launches(
         str(model_dir), VllmFlags(), 1, demo_command(python, model_dir), args.log_dir
     )

@@ -46,13 +46,14 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     if not args.model or not (args.gpu or args.gpu_memory_gib):
         return None
     from kvwise.core.catalog import load_model
-    from kvwise.core.gpus import custom_gpu, find_gpu
+    from kvwise.core.gpus import resolve_gpu
 
     try:  # the planner's public function (kvwise.planner.plan)
         plan = importlib.import_module("kvwise.planner").plan
     except AttributeError:
         return None
-    gpu = find_gpu(args.gpu) if args.gpu else custom_gpu(args.gpu_memory_gib)
+    # a name narrowed (or overridden) by --gpu-memory-gib, as `kvwise plan` reads them
+    gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
     result = plan(
         load_model(args.model), gpu, flags_from_args(args), vllm_version=args.vllm_version
     )

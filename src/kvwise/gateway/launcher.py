@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from kvwise.core.flags import VllmFlags
-from kvwise.errors import UpstreamError
+from kvwise.errors import UpstreamError, UsageError
 
 log = logging.getLogger("kvwise.gateway.launcher")
 
@@ -126,13 +126,20 @@ class Supervisor:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.extra_env, **dict(launch.env)}
         with launch.log_path.open("ab") as log_file:
-            return subprocess.Popen(
-                launch.command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            try:
+                return subprocess.Popen(
+                    launch.command,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as exc:  # vLLM in another venv or a container: common
+                raise UsageError(
+                    f"cannot start the engine: {launch.command[0]!r} is not on PATH; give the "
+                    "command that starts vLLM with --engine-command "
+                    "(e.g. '/opt/vllm/.venv/bin/vllm serve {model}')"
+                ) from exc
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until every replica answers /health 200; raise with the log's tail if one dies."""
