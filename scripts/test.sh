@@ -57,4 +57,5 @@ fi
 .venv/bin/ruff check src tests benchmarks scripts setup.py
 .venv/bin/ruff format --check src tests benchmarks scripts setup.py
 .venv/bin/mypy
+.venv/bin/lint-imports  # the layer contract in pyproject.toml: no import from a lower layer up
 .venv/bin/pytest "$@"

@@ -14,7 +14,7 @@ from kvwise.errors import KvwiseError
 
 # name -> (module that implements it, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("kvwise.planner.cli", "will it start, how many KV tokens fit, which flags to use"),
+    "plan": ("kvwise.advisor.cli", "will it start, how many KV tokens fit, which flags to use"),
     "simulate": ("kvwise.sim.cli", "latency, throughput, KV use and preemptions of a workload"),
     "serve": ("kvwise.gateway.cli", "OpenAI-compatible gateway with KV-token admission control"),
     "bench": ("kvwise.bench.cli", "multi-turn load against any OpenAI-compatible endpoint"),
@@ -50,6 +50,15 @@ def _missing_extra(name: str, exc: ModuleNotFoundError) -> str | None:
     )
 
 
+def _module_for(name: str, rest: list[str]) -> str:
+    """`kvwise plan` without --workload (or --help, which lists it) is the planner's alone: it
+    stays clear of the simulator's imports and answers from a cold process in ~0.2 s."""
+    wants_all = any(a in ("-h", "--help") or a.split("=")[0] == "--workload" for a in rest)
+    if name == "plan" and not wants_all:
+        return "kvwise.planner.cli"
+    return COMMANDS[name][0]
+
+
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
     lines = [f"usage: kvwise COMMAND [options]   (kvwise {__version__})", "", "commands:"]
@@ -73,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        module = importlib.import_module(COMMANDS[name][0])
+        module = importlib.import_module(_module_for(name, rest))
         return int(module.run(rest) if name not in ("models", "gpus") else module.run(name, rest))
     except ModuleNotFoundError as exc:  # an optional extra not installed: say which, no traceback
         line = _missing_extra(name, exc)

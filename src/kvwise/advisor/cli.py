@@ -1,19 +1,49 @@
-"""`kvwise plan MODEL --gpu G --workload KIND ...`: print (or emit as JSON) a recommendation."""
+"""`kvwise plan`: the planner's command (`kvwise.planner.cli`) with `--workload KIND ...` on top,
+which turns the question around: which flags serve this workload best (print or emit as JSON)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from kvwise.advisor import Objectives, recommend
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.errors import UsageError
-from kvwise.sim.workload_flags import spec_from_args
+from kvwise.planner import cli as planner_cli
+from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags, spec_from_args
+
+if TYPE_CHECKING:
+    from kvwise.advisor import Objectives
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = planner_cli.build_parser()
+    add_workload_flags(parser, default_kind=None)
+    add_trimming_flag(parser)
+    goals = parser.add_argument_group("recommendation (with --workload)")
+    goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
+    goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")
+    goals.add_argument(
+        "--num-gpus", type=int, default=1, help="GPUs to spread replicas / tensor parallelism over"
+    )
+    goals.add_argument("--seed", type=int, default=0, help="workload seed")
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    args, model_name, flags = planner_cli.parse(argv, build_parser())
+    if not args.kind or args.engine != "vllm":
+        return planner_cli.run_parsed(args, model_name, flags)
+    from kvwise.core.catalog import load_model
+
+    return run_recommend(args, load_model(model_name), planner_cli.gpu_from_args(args), flags)
 
 
 def _objectives(args: argparse.Namespace) -> Objectives:
+    from kvwise.advisor import Objectives  # the simulator loads only for a recommendation
+
     for name in ("slo_ttft_ms", "slo_tpot_ms"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -26,6 +56,8 @@ def run_recommend(
 ) -> int:
     if args.num_gpus < 1:
         raise UsageError(f"--num-gpus must be at least 1, got {args.num_gpus}")
+    from kvwise.advisor import recommend
+
     spec = spec_from_args(args)
     result = recommend(
         model,

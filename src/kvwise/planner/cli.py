@@ -1,4 +1,10 @@
-"""`kvwise plan MODEL --gpu G [vLLM flags]` and `kvwise plan -- vllm serve MODEL --flags...`."""
+"""`kvwise plan MODEL --gpu G [vLLM flags]` and `kvwise plan -- vllm serve MODEL --flags...`.
+
+The planner's part of the `plan` command: its options, the pasted command, the plan and its
+views. `--workload` (a recommendation: planner plus simulator) is added on top by
+`kvwise.advisor.cli`, the module the dispatcher runs for `kvwise plan`, so the planner never
+imports the layers above it.
+"""
 
 from __future__ import annotations
 
@@ -54,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_vllm_flags(parser)
-    _add_workload_options(parser)
     return parser
 
 
@@ -86,21 +91,6 @@ def _sglang_flags(args: argparse.Namespace) -> SglangFlags:
     )
 
 
-def _add_workload_options(parser: argparse.ArgumentParser) -> None:
-    """`--workload ...` turns the question around: which flags serve this workload best."""
-    from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags
-
-    add_workload_flags(parser, default_kind=None)
-    add_trimming_flag(parser)
-    goals = parser.add_argument_group("recommendation (with --workload)")
-    goals.add_argument("--slo-ttft-ms", type=float, help="objective: p99 time to first token")
-    goals.add_argument("--slo-tpot-ms", type=float, help="objective: mean time per output token")
-    goals.add_argument(
-        "--num-gpus", type=int, default=1, help="GPUs to spread replicas / tensor parallelism over"
-    )
-    goals.add_argument("--seed", type=int, default=0, help="workload seed")
-
-
 def gpu_from_args(args: argparse.Namespace) -> GpuSpec:
     return resolve_gpu(args.gpu, args.gpu_memory_gib, args.gpu_free_gib)
 
@@ -112,9 +102,12 @@ def _split_pasted(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, str, VllmFlags]:
+def parse(
+    argv: list[str], parser: argparse.ArgumentParser | None = None
+) -> tuple[argparse.Namespace, str, VllmFlags]:
+    """The options (by `parser`, default the planner's own), the model and its vLLM flags."""
     own, pasted = _split_pasted(argv)
-    args = build_parser().parse_args(own)
+    args = (parser or build_parser()).parse_args(own)
     if pasted is not None and _is_sglang(pasted):
         return _parse_sglang_paste(args, pasted)
     if pasted is not None:
@@ -159,7 +152,10 @@ def _parse_sglang_paste(
 
 
 def run(argv: list[str]) -> int:
-    args, model_name, flags = parse(argv)
+    return run_parsed(*parse(argv))
+
+
+def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> int:
     model = load_model(model_name)
     gpu = gpu_from_args(args)
     host = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
@@ -167,10 +163,6 @@ def run(argv: list[str]) -> int:
         from kvwise.planner.sglang import run_sglang
 
         return run_sglang(model, gpu, flags, as_json=args.json, sglang=_sglang_flags(args))
-    if args.kind:
-        from kvwise.advisor.cli import run_recommend
-
-        return run_recommend(args, model, gpu, flags)
     result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
     if args.explain:
         from kvwise.planner.explain import run_explain
