@@ -65,18 +65,31 @@ class StepTimeCoefficients:
     step_overhead_s: float = 2e-3
     layer_overhead_s: float = 0.0
     request_overhead_s: float = 20e-6
-    # Not a step term: HTTP, tokenisation and detokenisation between the client and the engine,
-    # added once to every TTFT and E2E (BLIS's alpha_0; reference/simulator_notes.md §2).
+    # Not step terms: the API server in front of the engine (`frontend.py`). A latency added
+    # once to every TTFT and E2E (HTTP, the hop to the engine core, streaming back; BLIS's
+    # alpha_0, reference/simulator_notes.md §2), and the CPU time its single event loop spends
+    # on each request (chat template, tokenization), over which bursts of requests queue.
     api_overhead_s: float = 10e-3
+    frontend_request_s: float = 0.0
+
+    def front_end_vector(self) -> tuple[float, float]:
+        return (self.api_overhead_s, self.frontend_request_s)
 
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
 
     @classmethod
     def from_vector(
-        cls, values: tuple[float, ...] | list[float], api_overhead_s: float
+        cls,
+        values: tuple[float, ...] | list[float],
+        api_overhead_s: float,
+        frontend_request_s: float = 0.0,
     ) -> StepTimeCoefficients:
-        return cls(**dict(zip(BASIS_NAMES, values, strict=False)), api_overhead_s=api_overhead_s)
+        return cls(
+            **dict(zip(BASIS_NAMES, values, strict=False)),
+            api_overhead_s=api_overhead_s,
+            frontend_request_s=frontend_request_s,
+        )
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
