@@ -14,7 +14,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kvwise.core.trimming import stable_cut
@@ -152,13 +152,18 @@ def simulate(
     fast: bool = True,
     record_steps: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    warm_cache: bool = False,
 ) -> SimResult:
     """Run one workload on one simulated replica. Same inputs and seed, same result.
 
-    `on_progress(requests done)` is called now and then (for a progress bar).
+    `on_progress(requests done)` is called now and then (for a progress bar). `warm_cache`:
+    the prefix cache starts with the workload's prompts in it (`warm.py`), as after an earlier
+    run of the same prompts on a server that was not restarted.
     """
     if isinstance(workload, WorkloadSpec):
         workload = build_workload(workload, random.Random(seed))
+    if warm_cache:  # every prompt is in the cache: every request looks itself up
+        workload = replace(workload, has_shared_segments=True)
     weights = step_weights(config.cost, config.coefficients)
     driver: _Driver | None = None
 
@@ -168,6 +173,10 @@ def simulate(
 
     engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
     engine.on_progress = on_progress
+    if warm_cache:
+        from kvwise.sim.warm import warm_prefix_cache
+
+        warm_prefix_cache(engine.kv_cache, workload)
     coefficients = config.coefficients
     frontend = FrontEndQueue(coefficients.api_overhead_s, coefficients.frontend_request_s)
     driver = _Driver(workload, engine, frontend, config.history_budget_tokens)
