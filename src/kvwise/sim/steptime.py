@@ -52,8 +52,8 @@ class StepTimeCoefficients:
     """Efficiencies (dimensionless multipliers of roofline times) and overheads (seconds).
 
     These defaults are the physical prior (typical efficiencies from the roofline literature)
-    that `benchmarks/fit_steptime.py` starts from and shrinks
-    towards; the fitted sets kvwise ships are in `coefficients.py`.
+    that `benchmarks/fit_steptime.py` starts from and shrinks towards; the fitted sets kvwise
+    ships are in `coefficients.py`.
     """
 
     weight_read: float = 1.15  # HBM reaches ~85-90 % of its datasheet bandwidth in decode
