@@ -42,7 +42,9 @@ def regime(case: Case) -> str:
 
 def excluded(outcomes: list[Outcome], skipped: list[Skipped]) -> list[str]:
     """Every (record, metric) that is not in the figures, and why."""
-    lines = [f"{s.case_id}: all metrics: {s.reason}" for s in skipped]
+    # a reason's first two clauses ("not in the catalog: unknown model 'X'"), without the
+    # lookup's details (local paths, cache folders)
+    lines = [f"{s.case_id}: all metrics: {': '.join(s.reason.split(': ')[:2])}" for s in skipped]
     for o in outcomes:
         for metric in METRICS:
             if metric in o.errors:
