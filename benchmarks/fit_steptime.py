@@ -1,12 +1,19 @@
 """Fit the shipped step-time coefficients on the validation serving measurements.
 
-    .venv/bin/python benchmarks/fit_steptime.py [--data PATH] [--rounds 4] [--write]
+    .venv/bin/python benchmarks/fit_steptime.py [--data PATH] [--rounds 12] [--write]
 
 Training points: sub-saturation cases not held out (one sweep group in three is held out, see
 `Case.is_held_out`). Each round simulates every training case with the current coefficients,
-turns its measured figures into linear rows (`tests/sim/fit.py: targets`) and refits: one set on
-all GPUs, then a set per GPU with enough points, shrunk towards the all-GPU set. `--write`
-stores the result in src/kvwise/sim/coefficients.py.
+scores them (the median |relative error| of each measured figure, weighted, `objective`), turns
+the figures into linear rows (`tests/sim/fit.py: targets`) and refits: one set on all GPUs,
+then a set per GPU with enough points, shrunk towards the all-GPU set; the next round starts
+halfway between the old and new sets.
+
+Stopping rule: the result is the best-scoring round so far (the physical prior, round 0, is a
+candidate), and the fit stops after PATIENCE rounds without a better score, or at `--rounds`.
+The rows linearise around one schedule, so the refitted sets can oscillate from round to
+round; keeping the best round makes the result deterministic and never worse with more
+rounds (tests/sim/test_fit_steptime.py). `--write` stores it in src/kvwise/sim/coefficients.py.
 """
 
 from __future__ import annotations
@@ -14,9 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kvwise.sim.coefficients import profile_keys
@@ -44,6 +52,7 @@ WEIGHTS = {
     "mean_ttft_ms": 0.3,
     "mean_e2el_ms": 0.5,
 }
+PATIENCE = 2  # rounds without a better score before the fit stops
 COEFFICIENTS_PY = Path(__file__).resolve().parents[1] / "src/kvwise/sim/coefficients.py"
 
 
@@ -61,18 +70,33 @@ def measured_figures(case: Case) -> dict[str, float]:
 
 def one_round(
     cases: list[Case], fitted: dict[str, StepTimeCoefficients]
-) -> dict[str, list[Target]]:
-    """Simulate every case with its current set; rows keyed by the case's most specific profile."""
+) -> tuple[dict[str, list[Target]], float]:
+    """Simulate every case with its current set: rows keyed by the case's most specific
+    profile, and the score of `fitted` (`objective`)."""
     rows: dict[str, list[Target]] = {}
+    errors: dict[str, list[float]] = {}
     for case in cases:
         keys = profile_keys(case.gpu, case.flags.tensor_parallel_size or 1)
         coefficients = next((fitted[k] for k in keys if k in fitted), StepTimeCoefficients())
         result = run_case(case, coefficients, record_steps=True)
-        found = targets(result, measured_figures(case), coefficients)
-        rows.setdefault(keys[0], []).extend(
-            Target(t.name, t.row, t.offset, t.measured, WEIGHTS[t.name]) for t in found
-        )
-    return rows
+        found = [
+            Target(t.name, t.row, t.offset, t.measured, WEIGHTS[t.name])
+            for t in targets(result, measured_figures(case), coefficients)
+        ]
+        rows.setdefault(keys[0], []).extend(found)
+        for t in found:
+            errors.setdefault(t.name, []).append(abs(t.predicted(coefficients) / t.measured - 1))
+    return rows, objective(errors)
+
+
+def objective(errors: dict[str, list[float]]) -> float:
+    """What the rounds are ranked by: the median |relative error| of each figure, averaged
+    with the figures' WEIGHTS (medians, as the fidelity bars are: a few points the model cannot
+    explain do not decide). The rows reproduce the simulated figures exactly, so these are the
+    simulator's errors."""
+    total = sum(WEIGHTS[name] for name in errors)
+    weighted = sum(WEIGHTS[name] * statistics.median(e) for name, e in errors.items())
+    return weighted / total if total else 0.0
 
 
 def refit(rows: dict[str, list[Target]]) -> dict[str, StepTimeCoefficients]:
@@ -92,17 +116,36 @@ def refit(rows: dict[str, list[Target]]) -> dict[str, StepTimeCoefficients]:
     return fitted
 
 
-def fit(cases: list[Case], rounds: int) -> dict[str, StepTimeCoefficients]:
+@dataclass(frozen=True)
+class FitOutcome:
+    fitted: dict[str, StepTimeCoefficients]  # the best round's sets ({}: the prior)
+    scores: tuple[float, ...]  # the score of each round's sets, round 0 the prior
+    best_round: int
+
+
+def fit(
+    cases: list[Case], rounds: int, patience: int = PATIENCE, *, verbose: bool = True
+) -> FitOutcome:
+    """At most `rounds` refits; the best-scoring sets seen (module docstring: stopping rule)."""
     fitted: dict[str, StepTimeCoefficients] = {}
-    for index in range(rounds):
+    history = [fitted]  # the sets each round simulated with
+    scores: list[float] = []
+    best_round = 0
+    for index in range(rounds + 1):
         started = time.process_time()
-        new = refit(one_round(cases, fitted))
+        rows, score = one_round(cases, fitted)
+        scores.append(score)
+        if score < scores[best_round]:
+            best_round = index
+        if verbose:
+            print(f"round {index}: score {score:.4f} ({time.process_time() - started:.0f} s CPU)")
+        if index == rounds or index - best_round >= patience:
+            break
+        new = refit(rows)
         # move halfway: a step-time change also changes batch sizes, which the rows hold fixed
         fitted = {key: blend(fitted[key], c) if key in fitted else c for key, c in new.items()}
-        print(f"round {index + 1}: {time.process_time() - started:.0f} s CPU")
-        for key, c in fitted.items():
-            print(f"    {key}: {_short(c)}")
-    return fitted
+        history.append(fitted)
+    return FitOutcome(history[best_round], tuple(scores), best_round)
 
 
 def _short(c: StepTimeCoefficients) -> str:
@@ -138,19 +181,26 @@ def write(fitted: dict[str, StepTimeCoefficients], source: str) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=DEFAULT_DATA)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=12, help="at most this many refits")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     cases, _ = load_cases(args.data)
     training = [c for c in cases if not c.is_overloaded and not c.is_held_out]
     print(f"{len(training)} training cases of {len(cases)}")
-    fitted = fit(training, args.rounds)
+    outcome = fit(training, args.rounds)
+    print(
+        f"best: round {outcome.best_round} of {len(outcome.scores) - 1}, score {min(outcome.scores):.4f}"
+    )
+    for key, c in outcome.fitted.items():
+        print(f"    {key}: {_short(c)}")
     if args.write:
         source = (
             f"benchmarks/fit_steptime.py --rounds {args.rounds}: {len(training)} sub-saturation cases "
-            "of serving_benchmarks.jsonl (held-out sweep groups excluded)"
+            f"of serving_benchmarks.jsonl (held-out sweep groups excluded); best of "
+            f"{len(outcome.scores) - 1} rounds: round {outcome.best_round}, weighted median "
+            f"|relative error| {min(outcome.scores):.4f}"
         )
-        write(fitted, source)
+        write(outcome.fitted, source)
         print(f"wrote {COEFFICIENTS_PY}")
     return 0
 

@@ -1,11 +1,13 @@
 """Simulator fidelity on the validation serving measurements, per GPU and per source.
 
-    .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases]
+    .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases] [--loso]
 
 Prints the median |relative error| of output throughput, mean TPOT and median TTFT on the
 sub-saturation points (all, those the coefficients were fitted on, those held out), per GPU and
 per source, and whether the overloaded points are predicted to queue or preempt. `--cases` adds
-one line per case. The same figures are checked against the bars by tests/sim/test_fidelity.py.
+one line per case. Then the figures per GPU class and load regime, in sample and (with
+`--loso`, which refits once per source: minutes) leave-one-source-out, and every point left out
+of them with its reason (tests/sim/loso.py). The bars are checked by tests/sim/test_fidelity.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/sim
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # fit_steptime, for --loso
 
-from tests.sim.fidelity import evaluate, report_lines
+from tests.sim.fidelity import evaluate, load_cases, report_lines
+from tests.sim.loso import loso_outcomes, report
 
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
@@ -30,6 +34,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cases", action="store_true", help="one line per case")
+    parser.add_argument("--loso", action="store_true", help="leave-one-source-out refits")
+    parser.add_argument("--rounds", type=int, default=12, help="--loso: most refit rounds")
     args = parser.parse_args(argv)
     started = time.process_time()
     outcomes, skipped, summary = evaluate(args.data)
@@ -48,6 +54,11 @@ def main(argv: list[str]) -> int:
         for s in skipped:
             print(f"{s.case_id[:78]:<78} skipped: {s.reason[:60]}")
     print("\n".join(report_lines(summary)))
+    loso = None
+    if args.loso:
+        loso, notes = loso_outcomes(load_cases(args.data)[0], args.rounds)
+        print("\n".join(notes))
+    print("\n".join(report(outcomes, loso, skipped)))
     print(
         f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU"
     )

@@ -104,6 +104,10 @@ class Case:
     # explained by load (client, network or multi-GPU effects outside the engine)
     ttft_unexplained: bool = False
     num_scheduler_steps: int = 1  # V0 multi-step, where the server flags say so
+    # the source says the server had served the same prompts before this point (not restarted
+    # between the points of a sweep): the prefix cache starts warm. No in-sample source says
+    # so (IOG's README does not say whether the server was restarted), so none is warm.
+    warm_cache: bool = False
 
     @property
     def request_rate(self) -> float:
@@ -219,7 +223,9 @@ def run_case(
         num_scheduler_steps=case.num_scheduler_steps,
         label=case.case_id,
     )
-    return simulate(dep.config, case.workload, seed, record_steps=record_steps)
+    return simulate(
+        dep.config, case.workload, seed, record_steps=record_steps, warm_cache=case.warm_cache
+    )
 
 
 def compare(case: Case, result: SimResult) -> Outcome:

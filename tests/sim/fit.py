@@ -2,9 +2,10 @@
 
 Every step's time is linear in the coefficients (`steptime.py`), so every request-level figure
 of a simulated run is too, once the run's schedule is fixed: a request's TTFT is the API
-overhead, plus the remainder of the step in progress when it arrived, plus every step until its
-first token; its TPOT is the mean of the steps that produced its other tokens; the run's
-duration is the sum of its steps plus idle time. `targets` turns a run (with its step log) and
+overhead and its wait for the API server's CPU (`kvwise.sim.frontend`), plus the remainder of
+the step in progress when it arrived, plus every step until its first token; its TPOT is the
+mean of the steps that produced its other tokens; the run's duration is the sum of its steps
+plus idle time. `targets` turns a run (with its step log) and
 the measured figures into rows `row . coefficients + offset ~ measured`; `fit_coefficients`
 solves the rows for non-negative coefficients, by relative error, with a ridge towards a prior
 (so that terms the data cannot tell apart stay at physically sensible values). The schedule
@@ -22,7 +23,18 @@ from kvwise.sim.request import Request
 from kvwise.sim.runner import SimResult
 from kvwise.sim.steptime import BASIS_NAMES, StepTimeCoefficients, basis, gemm_excess_s
 
-COEFFICIENT_NAMES = (*BASIS_NAMES, "api_overhead_s")
+FRONT_END_NAMES = ("api_overhead_s", "frontend_request_s")
+COEFFICIENT_NAMES = (*BASIS_NAMES, *FRONT_END_NAMES)
+
+
+def values_of(coefficients: StepTimeCoefficients) -> tuple[float, ...]:
+    """Every coefficient, in COEFFICIENT_NAMES order."""
+    return (*coefficients.vector(), *coefficients.front_end_vector())
+
+
+def from_values(values: list[float] | tuple[float, ...]) -> StepTimeCoefficients:
+    step, front_end = values[: len(BASIS_NAMES)], values[len(BASIS_NAMES) :]
+    return StepTimeCoefficients.from_vector(list(step), *front_end)
 
 
 @dataclass(frozen=True)
@@ -36,14 +48,16 @@ class Target:
     weight: float = 1.0
 
     def predicted(self, coefficients: StepTimeCoefficients) -> float:
-        values = (*coefficients.vector(), coefficients.api_overhead_s)
-        return sum(r * c for r, c in zip(self.row, values, strict=False)) + self.offset
+        return (
+            sum(r * c for r, c in zip(self.row, values_of(coefficients), strict=True)) + self.offset
+        )
 
 
 class _Windows:
     """Basis sums over ranges of steps, from prefix sums of the step log."""
 
     def __init__(self, result: SimResult) -> None:
+        self.queued = result.frontend.queued  # by request id: ids are numbered in send order
         log = result.engine.step_log
         assert log is not None, "simulate(..., record_steps=True) keeps the step log"
         self.cost = cost = result.config.cost
@@ -53,14 +67,16 @@ class _Windows:
         self.end_s = result.engine.step_end_s
 
     def basis(self, first: int, stop: int) -> list[float]:
-        """Basis terms summed over steps first .. stop - 1 (API overhead column last, 0)."""
+        """Basis terms summed over steps first .. stop - 1 (front-end columns last, 0)."""
         tokens, pairs_x2, context, reqs = (int(s[stop] - s[first]) for s in self.sums)
         row = list(basis(self.cost, tokens, pairs_x2, context, reqs, num_steps=stop - first))
         row[BASIS_NAMES.index("gemm_compute")] = self.excess[stop] - self.excess[first]
-        return [*row, 0.0]
+        return [*row, 0.0, 0.0]
 
-    def ttft_row(self, request: Request) -> list[float]:
-        """API overhead + the rest of the step running at arrival + steps to the first token."""
+    def ttft_row(self, request: Request) -> tuple[list[float], float]:
+        """API server (latency, and k requests' CPU time from the start of its busy period) +
+        the rest of the step running at arrival + steps to the first token; and the offset
+        (the busy period's start less the send time)."""
         row = self.basis(request.arrival_step, request.first_token_step + 1)
         step = request.arrival_step
         wait_s = self.start_s[step] - request.arrival_s if step < len(self.start_s) else 0.0
@@ -68,8 +84,9 @@ class _Windows:
             previous_s = self.end_s[step - 1] - self.start_s[step - 1]
             fraction = min(wait_s / previous_s, 1.0) if previous_s > 0 else 0.0
             row = [a + fraction * b for a, b in zip(row, self.basis(step - 1, step), strict=False)]
-        row[-1] = 1.0
-        return row
+        num_served, offset_s = self.queued[request.request_id]
+        row[-2], row[-1] = 1.0, float(num_served)
+        return row, offset_s
 
     def decode_row(self, request: Request) -> list[float]:
         return self.basis(request.first_token_step + 1, request.last_step + 1)
@@ -93,7 +110,9 @@ def targets(
     mean_e2el_ms, output_throughput (through the run's duration)."""
     windows = _Windows(result)
     done = [r for r in result.engine.finished if r.first_token_s is not None]
-    ttft = {r.request_id: windows.ttft_row(r) for r in done}
+    ttft_offset = {r.request_id: windows.ttft_row(r) for r in done}
+    ttft = {i: row for i, (row, _) in ttft_offset.items()}
+    offset = {i: offset_s for i, (_, offset_s) in ttft_offset.items()}
     decode = {r.request_id: windows.decode_row(r) for r in done}
     found: list[Target] = []
     if "mean_tpot_ms" in measured:
@@ -104,26 +123,38 @@ def targets(
         ]
         found.append(Target("mean_tpot_ms", _mean(rows), 0.0, measured["mean_tpot_ms"] / 1000))
     if "median_ttft_ms" in measured:
-        values = (*coefficients.vector(), coefficients.api_overhead_s)
+        values = values_of(coefficients)
         ranked = sorted(
-            done, key=lambda r: sum(a * b for a, b in zip(ttft[r.request_id], values, strict=False))
+            done,
+            key=lambda r: (
+                sum(a * b for a, b in zip(ttft[r.request_id], values, strict=True))
+                + offset[r.request_id]
+            ),
         )
-        middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
+        middle = [r.request_id for r in ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]]
         found.append(
             Target(
                 "median_ttft_ms",
-                _mean([ttft[r.request_id] for r in middle]),
-                0.0,
+                _mean([ttft[i] for i in middle]),
+                sum(offset[i] for i in middle) / len(middle),
                 measured["median_ttft_ms"] / 1000,
             )
         )
+    mean_offset_s = sum(offset.values()) / max(len(offset), 1)
     if "mean_ttft_ms" in measured:
         found.append(
-            Target("mean_ttft_ms", _mean(list(ttft.values())), 0.0, measured["mean_ttft_ms"] / 1000)
+            Target(
+                "mean_ttft_ms",
+                _mean(list(ttft.values())),
+                mean_offset_s,
+                measured["mean_ttft_ms"] / 1000,
+            )
         )
     if "mean_e2el_ms" in measured:
-        rows = [[a + b for a, b in zip(ttft[i], decode[i], strict=False)] for i in ttft]
-        found.append(Target("mean_e2el_ms", _mean(rows), 0.0, measured["mean_e2el_ms"] / 1000))
+        rows = [[a + b for a, b in zip(ttft[i], decode[i], strict=True)] for i in ttft]
+        found.append(
+            Target("mean_e2el_ms", _mean(rows), mean_offset_s, measured["mean_e2el_ms"] / 1000)
+        )
     if "output_throughput" in measured and measured["output_throughput"] > 0 and done:
         # the run ends when its last request does: that request's send time (fixed by the
         # arrivals) plus its E2E (linear in the coefficients)
@@ -133,7 +164,9 @@ def targets(
             a + b for a, b in zip(ttft[last.request_id], decode[last.request_id], strict=True)
         )
         measured_s = result.metrics["total_output_tokens"] / measured["output_throughput"]
-        found.append(Target("duration_s", row, last.sent_s - start_s, measured_s))
+        found.append(
+            Target("duration_s", row, last.sent_s - start_s + offset[last.request_id], measured_s)
+        )
     return found
 
 
@@ -143,13 +176,8 @@ def blend(
     """Move part of the way from `old` to `new`. The rows linearise around the schedule of the
     last simulation, but a slower step also means larger batches (and a faster one smaller):
     full steps overshoot and oscillate, damped ones converge."""
-    values = [
-        a + step * (b - a)
-        for a, b in zip(
-            (*old.vector(), old.api_overhead_s), (*new.vector(), new.api_overhead_s), strict=False
-        )
-    ]
-    return StepTimeCoefficients.from_vector(values[:-1], api_overhead_s=values[-1])
+    pairs = zip(values_of(old), values_of(new), strict=True)
+    return from_values([a + step * (b - a) for a, b in pairs])
 
 
 # Nothing moves bytes faster than the bandwidth or computes faster than the peak: the
@@ -203,7 +231,7 @@ def _solve(
     """min sum(w * rel_err^2) + ridge * sum((x - x_prior)^2) within LOWER_BOUNDS, by cyclic
     coordinate descent on x = c / scale (each step solves one coordinate exactly; convex).
     The scale is the prior itself, or UNIT_S for overheads the prior sets to 0."""
-    prior_values = (*prior.vector(), prior.api_overhead_s)
+    prior_values = values_of(prior)
     scale = [v if v > 0 else UNIT_S for v in prior_values]
     anchor = [v / s for v, s in zip(prior_values, scale, strict=True)]  # 1, or 0
     lower = [
@@ -219,8 +247,7 @@ def _solve(
         for i in range(k):
             grad = sum(gram[i][j] * x[j] for j in range(k)) - rhs[i]
             x[i] = max(lower[i], x[i] - grad / gram[i][i])
-    values = [xi * si for xi, si in zip(x, scale, strict=True)]
-    return StepTimeCoefficients.from_vector(values[:-1], api_overhead_s=values[-1])
+    return from_values([xi * si for xi, si in zip(x, scale, strict=True)])
 
 
 def _normal_equations(

@@ -72,6 +72,16 @@ def test_a_closed_loop_from_the_command_line(capsys: pytest.CaptureFixture[str])
     assert out["workload"]["max_concurrency"] == 4 and out["completed"] == 12
 
 
+def test_warm_cache_serves_the_prompts_from_the_prefix_cache(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cold, warm = run_json(capsys), run_json(capsys, "--warm-cache")
+    assert cold["prefix_cache_hit_rate"] == 0
+    # 200-token prompts: 12 of their 13 blocks (192 tokens) are hits, the last is computed
+    assert warm["prefix_cache_hit_rate"] == pytest.approx(192 / 200)
+    assert warm["median_ttft_ms"] < cold["median_ttft_ms"]
+
+
 def test_same_seed_same_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_json(capsys, "--seed", "5") == run_json(capsys, "--seed", "5")
 

@@ -150,3 +150,25 @@ def test_agent_turns_share_prefixes_then_a_growing_history_preempts_and_blocks()
     assert ids(finished) == [11]
     plan, _, _ = step(s)
     assert scheduled(plan)[0] == (12, 1)  # recomputes 1 token: 16 of 17 come from its cache
+
+
+def test_a_step_that_preempts_admits_nobody_and_the_victim_blocks_the_queue_after() -> None:
+    # vLLM V1 (v1/core/sched/scheduler.py, schedule()): the waiting queue is served only
+    # `if not preempted_reqs`, and in FCFS order, stopping at the first request that does not fit
+    s = scheduler(6, max_num_batched_tokens=64)  # 5 usable blocks
+    a, b = request(1, 8, output_len=12), request(2, 8, output_len=12)
+    s.add_request(a)
+    s.add_request(b)
+    step(s)
+    assert (a.block_ids, b.block_ids) == ([1, 2], [3, 4])
+    c = request(3, 3, output_len=2)  # needs one block
+    s.add_request(c)
+    plan, _, _ = step(s)  # a takes the last free block for token 9; b needs one too: preempted
+    assert scheduled(plan) == [(1, 1)] and plan.num_preempted == 1
+    assert b.status is Status.PREEMPTED and ids(s.waiting) == [2, 3]
+    # b's two blocks are free and the budget is nearly whole, yet c was not admitted
+    assert s.kv_cache.pool.num_free_blocks == 2 and c.status is Status.WAITING
+    plan, _, _ = step(s)
+    # b, at the head, needs 3 blocks (its 2 cached prompt blocks, taken out of the free queue,
+    # and one more): 2 are free, so it waits, and c, which would fit, waits behind it
+    assert scheduled(plan) == [(1, 1)] and ids(s.waiting) == [2, 3]

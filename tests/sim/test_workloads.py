@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvwise.errors import DataError, UsageError
+from kvwise.sim.runner import simulate
 from kvwise.sim.workloads import (
     SHAREGPT_MAX_PROMPT,
     SHAREGPT_MAX_TOTAL,
@@ -138,3 +139,44 @@ def test_a_bad_replay_line_names_its_line(tmp_path: Path) -> None:
     log.write_text('{"input_len": 10}\n{"input_len": 10, "colour": "red"}\n')
     with pytest.raises(DataError, match=r"log.jsonl:2: colour"):
         build(kind="replay", replay_path=str(log))
+
+
+def test_a_warm_cache_turns_repeated_prompts_into_prefix_hits() -> None:
+    from tests.sim.factories import flat_config
+
+    spec = WorkloadSpec("random", num_prompts=20, input_len=64, output_len=4, request_rate=5.0)
+    # 20 prompts of 16 blocks fit a pool of 511 (in a smaller one, LRU eviction in send order
+    # would evict each prompt just before it is sent again, as vLLM's would)
+    config = flat_config(num_gpu_blocks=512)
+    cold = simulate(config, spec, seed=3)
+    warm = simulate(config, spec, seed=3, warm_cache=True)
+    assert cold.metrics["prefix_cache_hit_rate"] == 0
+    # every 64-token prompt finds its first 60 tokens (15 full 4-token blocks of the 63 a
+    # lookup may cover) in the cache
+    assert warm.metrics["prefix_cache_hit_rate"] == pytest.approx(60 / 64)
+    # without prefix caching there is nothing to warm
+    off = flat_config(enable_prefix_caching=False)
+    assert (
+        simulate(off, spec, seed=3, warm_cache=True).metrics == simulate(off, spec, seed=3).metrics
+    )
+
+
+def test_a_warm_cache_keeps_the_newest_prompts_when_the_pool_is_too_small() -> None:
+    from kvwise.sim.kv_cache_manager import KVCacheManager
+    from kvwise.sim.request import Request
+    from kvwise.sim.warm import warm_prefix_cache
+
+    workload = build_workload(
+        WorkloadSpec("random", num_prompts=10, input_len=40), random.Random(0)
+    )
+    kv_cache = KVCacheManager(31, 4, enable_prefix_caching=True, max_model_len=120)
+    assert warm_prefix_cache(kv_cache, workload) == 10
+    assert kv_cache.pool.num_free_blocks == 30  # all of them back in the free queue, cached
+
+    def cached_blocks(index: int) -> int:
+        prompt = list(workload.sessions[index].turns[0].new_segments)
+        return len(kv_cache.get_computed_blocks(Request(0, prompt, 1, output_seg_id=-1)))
+
+    # 30 usable blocks hold the last three 10-block prompts (9 blocks of each can be hits: a
+    # lookup leaves the last token to compute); the earlier ones were evicted, oldest first
+    assert [cached_blocks(i) for i in range(10)] == [0] * 7 + [9] * 3

@@ -8,6 +8,7 @@ Layers (entities, scheduler, cost model and workload kept apart):
     scheduler.py        vLLM V1's schedule() step by step (and V0's prefill-first)
     cohort.py, engine.py the event loop; decoding requests kept implicit for speed
     pure_decode.py      decode-only steps in a tight loop (also admits prompts that fit whole)
+    frontend.py         the API server: a latency, and one CPU that requests queue for
     arrivals.py         requests on their way to the engine, by arrival time
     steptime.py         step time as a linear combination of roofline basis terms
     coefficients.py     the fitted step-time coefficients (benchmarks/fit_steptime.py)
@@ -44,6 +45,7 @@ COMPILED_MODULES = (
     "block_pool",
     "cohort",
     "engine",
+    "frontend",
     "kv_cache_manager",
     "metrics",
     "pure_decode",

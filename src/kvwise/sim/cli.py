@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="start with the workload's prompts in the prefix cache, as a server that already "
+        "served them (an earlier point of a benchmark sweep, not restarted) has them",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
         "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
@@ -109,7 +115,7 @@ def run(argv: list[str]) -> int:
         not args.json and sys.stderr.isatty() and workload.num_requests >= PROGRESS_ABOVE_REQUESTS
     )
     runs = [
-        Run(label, dep, _simulate(dep, workload, label, show_progress))
+        Run(label, dep, _simulate(dep, workload, label, show_progress, args.warm_cache))
         for label, dep in deployments
     ]
     _check_not_all_rejected([r.result for r in runs])
@@ -141,15 +147,20 @@ def _deployed(
     return replace(dep, config=replace(dep.config, history_budget_tokens=budget))
 
 
-def _simulate(dep: Deployment, workload: Workload, label: str, show_progress: bool) -> SimResult:
+def _simulate(
+    dep: Deployment, workload: Workload, label: str, show_progress: bool, warm_cache: bool
+) -> SimResult:
     if not show_progress:
-        return simulate(dep.config, workload)
+        return simulate(dep.config, workload, warm_cache=warm_cache)
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         task = progress.add_task(f"simulating {label}", total=workload.num_requests)
         return simulate(
-            dep.config, workload, on_progress=lambda done: progress.update(task, completed=done)
+            dep.config,
+            workload,
+            on_progress=lambda done: progress.update(task, completed=done),
+            warm_cache=warm_cache,
         )
 
 

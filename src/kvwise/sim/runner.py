@@ -2,8 +2,9 @@
 
 The driver plays the benchmark clients: it starts sessions (open loop at their start times, or
 closed loop as slots free up), sends each turn after the previous answer plus the think time,
-and builds each prompt from the session's history. A request reaches the engine
-`api_overhead_s` after it is sent (HTTP, tokenisation); TTFT and E2E count from the send.
+and builds each prompt from the session's history. A request reaches the engine after the API
+server has passed it on (`frontend.py`: a latency, and a queue for its CPU); TTFT and E2E count
+from the send.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from kvwise.core.trimming import stable_cut
 from kvwise.sim.engine import Engine, EngineConfig
+from kvwise.sim.frontend import FrontEndQueue
 from kvwise.sim.metrics import summarize, time_series
 from kvwise.sim.request import Request, Segment, Status
 from kvwise.sim.steptime import StepCost, StepTimeCoefficients, step_weights
@@ -47,6 +49,7 @@ class SimResult:
     metrics: dict[str, Any]
     series: dict[str, list[float]]
     engine: Engine  # raw records (per-request state, step log when recorded)
+    frontend: FrontEndQueue  # the API server's queue, per request in the order sent
 
 
 def trim_history(prompt: list[Segment], budget_tokens: int) -> tuple[list[Segment], bool]:
@@ -76,12 +79,12 @@ class _Driver:
         self,
         workload: Workload,
         engine: Engine,
-        api_overhead_s: float,
+        frontend: FrontEndQueue,
         history_budget_tokens: int | None = None,
     ) -> None:
         self.workload = workload
         self.engine = engine
-        self.api_overhead_s = api_overhead_s
+        self.frontend = frontend
         self.history_budget_tokens = history_budget_tokens
         self.next_request_id = 0
         self.in_flight = 0
@@ -118,7 +121,7 @@ class _Driver:
             output_len=turn.output_len,
             output_seg_id=OUTPUT_SEG_BASE + request_id,
             sent_s=sent_s,
-            arrival_s=sent_s + self.api_overhead_s,
+            arrival_s=self.frontend.arrival_s(sent_s),
             owner=state,
             is_shareable=self.workload.has_shared_segments or len(state.session.turns) > 1,
         )
@@ -149,13 +152,18 @@ def simulate(
     fast: bool = True,
     record_steps: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    warm_cache: bool = False,
 ) -> SimResult:
     """Run one workload on one simulated replica. Same inputs and seed, same result.
 
-    `on_progress(requests done)` is called now and then (for a progress bar).
+    `on_progress(requests done)` is called now and then (for a progress bar). `warm_cache`:
+    the prefix cache starts with the workload's prompts in it (`warm.py`), as after an earlier
+    run of the same prompts on a server that was not restarted.
     """
     if isinstance(workload, WorkloadSpec):
         workload = build_workload(workload, random.Random(seed))
+    if warm_cache:  # every prompt is in the cache: every request looks itself up
+        workload = replace(workload, has_shared_segments=True)
     weights = step_weights(config.cost, config.coefficients)
     driver: _Driver | None = None
 
@@ -165,13 +173,17 @@ def simulate(
 
     engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
     engine.on_progress = on_progress
-    driver = _Driver(
-        workload, engine, config.coefficients.api_overhead_s, config.history_budget_tokens
-    )
+    if warm_cache:
+        from kvwise.sim.warm import warm_prefix_cache
+
+        warm_prefix_cache(engine.kv_cache, workload)
+    coefficients = config.coefficients
+    frontend = FrontEndQueue(coefficients.api_overhead_s, coefficients.frontend_request_s)
+    driver = _Driver(workload, engine, frontend, config.history_budget_tokens)
     with _no_cyclic_gc():
         driver.start()
         engine.run()
-        return SimResult(config, workload, summarize(engine), time_series(engine), engine)
+        return SimResult(config, workload, summarize(engine), time_series(engine), engine, frontend)
 
 
 @contextmanager

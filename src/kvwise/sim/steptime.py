@@ -4,7 +4,7 @@
 
 Each basis term is a roofline quantity in seconds (bytes over bandwidth, FLOPs over peak), or a
 count for the overheads, so every coefficient is an efficiency factor or an overhead in seconds.
-This is the "trained physics" shape of BLIS (inference-sim; reference/simulator_notes.md §2):
+This is the "trained physics" shape of BLIS (github.com/inference-sim/inference-sim):
 linear in the coefficients, so `kvwise calibrate` fits them by least squares from measured step
 or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
 
@@ -51,9 +51,9 @@ BASIS_NAMES = (
 class StepTimeCoefficients:
     """Efficiencies (dimensionless multipliers of roofline times) and overheads (seconds).
 
-    These defaults are the physical prior (typical efficiencies from the roofline literature,
-    reference/simulator_notes.md §3) that `benchmarks/fit_steptime.py` starts from and shrinks
-    towards; the fitted sets kvwise ships are in `coefficients.py`.
+    These defaults are the physical prior (typical efficiencies from the roofline literature)
+    that `benchmarks/fit_steptime.py` starts from and shrinks towards; the fitted sets kvwise
+    ships are in `coefficients.py`.
     """
 
     weight_read: float = 1.15  # HBM reaches ~85-90 % of its datasheet bandwidth in decode
@@ -65,18 +65,31 @@ class StepTimeCoefficients:
     step_overhead_s: float = 2e-3
     layer_overhead_s: float = 0.0
     request_overhead_s: float = 20e-6
-    # Not a step term: HTTP, tokenisation and detokenisation between the client and the engine,
-    # added once to every TTFT and E2E (BLIS's alpha_0; reference/simulator_notes.md §2).
+    # Not step terms: the API server in front of the engine (`frontend.py`). A latency added
+    # once to every TTFT and E2E (HTTP, the hop to the engine core, streaming back; BLIS's
+    # alpha_0), and the CPU time its single event loop spends
+    # on each request (chat template, tokenization), over which bursts of requests queue.
     api_overhead_s: float = 10e-3
+    frontend_request_s: float = 0.0
+
+    def front_end_vector(self) -> tuple[float, float]:
+        return (self.api_overhead_s, self.frontend_request_s)
 
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
 
     @classmethod
     def from_vector(
-        cls, values: tuple[float, ...] | list[float], api_overhead_s: float
+        cls,
+        values: tuple[float, ...] | list[float],
+        api_overhead_s: float,
+        frontend_request_s: float = 0.0,
     ) -> StepTimeCoefficients:
-        return cls(**dict(zip(BASIS_NAMES, values, strict=False)), api_overhead_s=api_overhead_s)
+        return cls(
+            **dict(zip(BASIS_NAMES, values, strict=False)),
+            api_overhead_s=api_overhead_s,
+            frontend_request_s=frontend_request_s,
+        )
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
