@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
+from collections import Counter
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -24,7 +26,8 @@ from kvwise.errors import KvwiseError
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimResult, simulate
-from tests.sim.fidelity import Case, Measured, Outcome, Skipped, compare, model_spec
+from tests.sim.fidelity import METRICS, Case, Measured, Outcome, Skipped, compare, model_spec
+from tests.sim.loso import REGIMES, regime
 
 GPU_NAMES = {  # the unseen file's spelling -> catalog name
     "A100-SXM-80GB": "A100 SXM 80GB",
@@ -204,3 +207,52 @@ def evaluate_unseen(
         except KvwiseError as exc:
             skipped.append(Skipped(case.case_id, f"planner: {str(exc)[:90]}"))
     return outcomes, skipped
+
+
+def gpu_class(case: Case) -> str:
+    """SERVING_SOURCES.md's classes: GeForce RTX, RTX PRO workstation, datacenter."""
+    if case.gpu.startswith("RTX PRO"):
+        return "workstation"
+    return "consumer" if case.gpu.startswith("RTX") else "datacenter"
+
+
+def _cell(outcomes: list[Outcome], metric: str) -> str:
+    errs = [abs(o.errors[metric]) for o in outcomes if metric in o.errors]
+    return f"{statistics.median(errs):6.1%} ({len(errs):>3})" if errs else "   n/a (  0)"
+
+
+def unseen_report(outcomes: list[Outcome], skipped: list[Skipped]) -> list[str]:
+    """Median |relative error| (n) per class x regime and per source, the overload check, and
+    every skipped record counted by reason."""
+    head = "  ".join(f"{m:>18}" for m in METRICS)
+    lines = ["out-of-sample simulator fidelity, median |relative error| (n):", f"  {'':<34}{head}"]
+
+    def row(label: str, chosen: list[Outcome]) -> None:
+        if chosen:
+            lines.append(f"  {label:<34}" + "  ".join(f"{_cell(chosen, m):>18}" for m in METRICS))
+
+    row("all points", outcomes)
+    for cls in ("consumer", "workstation", "datacenter"):
+        for reg in REGIMES:
+            row(
+                f"{cls} / {reg}",
+                [o for o in outcomes if (gpu_class(o.case), regime(o.case)) == (cls, reg)],
+            )
+    for source in sorted({o.case.source for o in outcomes}):
+        row(f"source {source}", [o for o in outcomes if o.case.source == source])
+    for gpu in sorted({o.case.gpu for o in outcomes}):
+        row(f"gpu {gpu}", [o for o in outcomes if o.case.gpu == gpu])
+    overloaded = [o for o in outcomes if o.case.is_overloaded]
+    missed = [o.case.case_id for o in overloaded if not o.predicts_overload]
+    predicted = len(overloaded) - len(missed)
+    lines.append(
+        f"overloaded points (measured queueing or failures): {predicted} of {len(overloaded)}"
+        " predicted to queue or preempt"
+    )
+    lines += [f"  missed: {case_id}" for case_id in missed]
+    calm_flagged = sum(1 for o in outcomes if not o.case.is_overloaded and o.predicts_overload)
+    lines.append(f"sub-saturation points the simulator predicts to queue: {calm_flagged}")
+    reasons = Counter(s.reason for s in skipped)
+    lines.append(f"records scored: {len(outcomes)}; skipped: {len(skipped)}")
+    lines += [f"  {n:>3}  {reason}" for reason, n in reasons.most_common()]
+    return lines

@@ -7,6 +7,7 @@ the rules the readers follow.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kvwise.core.flags import VllmFlags
@@ -39,8 +40,9 @@ def _sent(w: dict[str, Any]) -> int:
 
 
 def _random(w: dict[str, Any], m: dict[str, Any], **changes: Any) -> tuple[WorkloadSpec, str]:
-    """vLLM's random dataset: fixed lengths (range ratio 0, its default since 0.9). Without
-    --ignore-eos a request may stop early: the run's mean output is used, capped at max_tokens."""
+    """vLLM's random dataset: the stated lengths (no range ratio given: its default draws fixed
+    lengths). Without --ignore-eos a request may stop early: the run's mean output tokens per
+    request are used, capped at max_tokens."""
     max_tokens = int(w["random_output_len"])
     output = max_tokens if w.get("ignore_eos") else min(max_tokens, means(m, _sent(w))[1])
     spec = WorkloadSpec(
@@ -57,7 +59,7 @@ def _random(w: dict[str, Any], m: dict[str, Any], **changes: Any) -> tuple[Workl
         if w.get("ignore_eos")
         else "random prompts of the stated length; output: the run's mean tokens per request"
     )
-    return (WorkloadSpec(**{**spec.__dict__, **changes}) if changes else spec), note
+    return replace(spec, **changes), note
 
 
 def _sharegpt(w: dict[str, Any], m: dict[str, Any], **changes: Any) -> tuple[WorkloadSpec, str]:
