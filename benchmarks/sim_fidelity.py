@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--unseen", action="store_true", help="the out-of-sample file")
     args = parser.parse_args(argv)
     started = time.process_time()
-    if args.unseen:
+    if args.unseen or Path(args.data).resolve() == UNSEEN_DATA.resolve():
         return _unseen(args.cases, started)
     outcomes, skipped, summary = evaluate(args.data)
     if args.json:
