@@ -1,6 +1,7 @@
 """Simulator fidelity on the validation serving measurements, per GPU and per source.
 
     .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases] [--loso]
+    .venv/bin/python benchmarks/sim_fidelity.py --unseen [--cases]
 
 Prints the median |relative error| of output throughput, mean TPOT and median TTFT on the
 sub-saturation points (all, those the coefficients were fitted on, those held out), per GPU and
@@ -8,6 +9,8 @@ per source, and whether the overloaded points are predicted to queue or preempt.
 one line per case. Then the figures per GPU class and load regime, in sample and (with
 `--loso`, which refits once per source: minutes) leave-one-source-out, and every point left out
 of them with its reason (tests/sim/loso.py). The bars are checked by tests/sim/test_fidelity.py.
+`--unseen` scores the out-of-sample file (validation/unseen, readers in
+tests/sim/fidelity_unseen_readers.py) instead: nothing was fitted on it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ DEFAULT_DATA = (
     Path(__file__).resolve().parents[1] / "tests/data/validation/serving_benchmarks.jsonl"
 )
 
+UNSEEN_DATA = DEFAULT_DATA.parent / "unseen/serving_benchmarks_unseen.jsonl"
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -36,8 +41,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cases", action="store_true", help="one line per case")
     parser.add_argument("--loso", action="store_true", help="leave-one-source-out refits")
     parser.add_argument("--rounds", type=int, default=12, help="--loso: most refit rounds")
+    parser.add_argument("--unseen", action="store_true", help="the out-of-sample file")
     args = parser.parse_args(argv)
     started = time.process_time()
+    if args.unseen or Path(args.data).resolve() == UNSEEN_DATA.resolve():
+        return _unseen(args.cases, started)
     outcomes, skipped, summary = evaluate(args.data)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -59,6 +67,23 @@ def main(argv: list[str]) -> int:
         loso, notes = loso_outcomes(load_cases(args.data)[0], args.rounds)
         print("\n".join(notes))
     print("\n".join(report(outcomes, loso, skipped)))
+    print(
+        f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU"
+    )
+    return 0
+
+
+def _unseen(cases: bool, started: float) -> int:
+    from tests.sim.fidelity_unseen import evaluate_unseen, unseen_report
+
+    outcomes, skipped = evaluate_unseen(UNSEEN_DATA)
+    if cases:
+        for o in outcomes:
+            errors = "  ".join(f"{k} {v:+.0%}" for k, v in o.errors.items())
+            print(
+                f"{o.case.case_id[:90]:<90} {'overload' if o.case.is_overloaded else '':<8} {errors}"
+            )
+    print("\n".join(unseen_report(outcomes, skipped)))
     print(
         f"{len(outcomes)} cases simulated, {len(skipped)} skipped, {time.process_time() - started:.0f} s CPU"
     )

@@ -1,0 +1,334 @@
+"""One reader per unseen source: record -> `Case` (or `Skipped` with the reason).
+
+What each source states is in validation/unseen/SERVING_SOURCES.md; see fidelity_unseen.py for
+the rules the readers follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from kvwise.core.flags import VllmFlags
+from kvwise.errors import KvwiseError
+from kvwise.planner.kv import attention_page_bytes_per_token
+from kvwise.sim.workloads import WorkloadSpec
+from tests.sim.fidelity import Case, Skipped
+from tests.sim.fidelity_unseen import (
+    CLOUDRIFT_LATEST,
+    kv_blocks,
+    load_spec,
+    means,
+    measured,
+    model_name,
+    rate,
+    split,
+    version,
+)
+
+CHAT_NOTE = "chat endpoint: the chat template's extra prompt tokens not modelled"
+GIB = 1 << 30
+
+
+def _tp(record: dict[str, Any]) -> int:
+    return int(record.get("tensor_parallel") or 1)
+
+
+def _sent(w: dict[str, Any]) -> int:
+    return int(w["num_prompts"])
+
+
+def _random(w: dict[str, Any], m: dict[str, Any], **changes: Any) -> tuple[WorkloadSpec, str]:
+    """vLLM's random dataset: the stated lengths (no range ratio given: its default draws fixed
+    lengths). Without --ignore-eos a request may stop early: the run's mean output tokens per
+    request are used, capped at max_tokens."""
+    max_tokens = int(w["random_output_len"])
+    output = max_tokens if w.get("ignore_eos") else min(max_tokens, means(m, _sent(w))[1])
+    spec = WorkloadSpec(
+        "random",
+        num_prompts=_sent(w),
+        request_rate=rate(w),
+        max_concurrency=w.get("max_concurrency"),
+        input_len=int(w["random_input_len"]),
+        output_len=max(output, 1),
+        max_tokens=max_tokens,
+    )
+    note = (
+        "random prompts of the stated length; output = max_tokens (--ignore-eos)"
+        if w.get("ignore_eos")
+        else "random prompts of the stated length; output: the run's mean tokens per request"
+    )
+    return replace(spec, **changes), note
+
+
+def _sharegpt(w: dict[str, Any], m: dict[str, Any], **changes: Any) -> tuple[WorkloadSpec, str]:
+    prompt, output = means(m, _sent(w))
+    spec = WorkloadSpec(
+        "sharegpt",
+        num_prompts=_sent(w),
+        request_rate=rate(w),
+        max_concurrency=w.get("max_concurrency"),
+        burstiness=float(w.get("burstiness") or 1.0),
+        input_len=prompt,
+        output_len=max(output, 1),
+        **changes,
+    )
+    return spec, "ShareGPT lengths synthetic with the run's mean prompt and output tokens"
+
+
+def _workload(w: dict[str, Any], m: dict[str, Any]) -> tuple[WorkloadSpec, str]:
+    return _random(w, m) if w["dataset"] == "random" else _sharegpt(w, m)
+
+
+def _case(
+    record: dict[str, Any],
+    source: str,
+    gpu: str,
+    flags: VllmFlags,
+    workload: WorkloadSpec,
+    notes: list[str],
+    **extra: Any,
+) -> Case:
+    sent = _sent(record["workload"])
+    share = extra.pop("share", 1.0)
+    return Case(
+        record["id"],
+        source,
+        gpu,
+        model_name(record),
+        extra.pop("vllm_version", version(record.get("engine_version"))),
+        flags,
+        workload,
+        measured(record["metrics"], sent, share),
+        extra.pop("num_gpu_blocks", None),
+        tuple(notes),
+        **extra,
+    )
+
+
+def gpustack(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f, w = record["server_flags"], record["workload"]
+    if int(f.get("pipeline_parallel") or 1) > 1:
+        return Skipped(
+            record["id"], "pipeline parallelism across GPUs: not read (one TP engine only)"
+        )
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        max_model_len=f.get("max_model_len"),
+        max_num_batched_tokens=f.get("max_num_batched_tokens"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+    )
+    workload, how = _workload(w, record["metrics"])
+    notes = [how, CHAT_NOTE, "unset flags: the release's defaults (the doc's serving script)"]
+    if w["dataset"] == "random":
+        notes.append("num_prompts = the successful requests (the doc prints no --num-prompts)")
+    if f.get("async_scheduling"):
+        notes.append("--async-scheduling: not modelled (the step loop is synchronous)")
+    return _case(record, "gpustack", gpu, flags, workload, notes)
+
+
+def dennislee22(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f, w = record["server_flags"], record["workload"]
+    if "different nodes" in record.get("source_note", ""):
+        return Skipped(record["id"], "tensor parallelism across nodes over Ray: not modelled")
+    if w.get("random_output_len") is None:
+        return Skipped(record["id"], "workload lengths not stated (--random-output-len missing)")
+    notes = []
+    blocks = kv_blocks(f)
+    if blocks:
+        notes.append("KV pool from vLLM's log (GPU KV cache size, block 16)")
+    elif f.get("available_kv_cache_memory"):
+        # "Available KV cache memory: X GiB" per GPU, bf16 pages of 16 tokens
+        gib = float(str(f["available_kv_cache_memory"]).split()[0])
+        try:
+            spec = load_spec(model_name(record))
+        except KvwiseError as exc:
+            return Skipped(record["id"], f"not in the catalog: {str(exc).split(':')[0]}")
+        per_layer = attention_page_bytes_per_token(spec, _tp(record), 2)
+        blocks = int(gib * GIB) // (16 * per_layer * spec.num_layers)
+        notes.append("KV pool from the logged available KV cache memory per GPU (bf16 pages)")
+    max_model_len = f.get("max_model_len")
+    if max_model_len is None:
+        max_model_len = 16384
+        notes.append("max_model_len 16384 assumed (not logged; every logged test of the campaign)")
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        max_model_len=max_model_len,
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+    )
+    workload, how = _random(w, record["metrics"])
+    notes += [how, "all prompts sent at once (request rate inf)"]
+    if gpu == "A100 80GB":
+        notes.append("A100 80GB form factor not stated: SXM4 assumed")
+    return _case(record, "dennislee22", gpu, flags, workload, notes, num_gpu_blocks=blocks)
+
+
+def livinfly(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    w, m = record["workload"], record["metrics"]
+    notes = ["V0 engine (VLLM_USE_V1=0), 0.9.1 defaults for every unset flag"]
+    if w["dataset"] == "random":
+        # sglang bench_serving's random lengths: uniform in [max(L * ratio, 1), L], ratio 0 here
+        length_in, length_out = int(w["random_input_len"]), int(w["random_output_len"])
+        workload = WorkloadSpec(
+            "random",
+            num_prompts=_sent(w),
+            request_rate=rate(w),
+            input_len=round((length_in + 1) / 2),
+            output_len=round((length_out + 1) / 2),
+            range_ratio=0.99,
+            max_tokens=length_out,
+        )
+        notes.append("sglang random lengths: uniform in [1, L] (range ratio 0), ignore_eos")
+    else:
+        workload, how = _sharegpt(w, m)
+        notes.append(how)
+    if model_name(record).startswith("Mistral-7B-Instruct"):
+        notes.append("Mistral-7B-Instruct version not stated: v0.3 shapes assumed")
+    if model_name(record).startswith("deepseek-ai/DeepSeek-R1-0528"):
+        notes.append("Qwen3-8B shapes (the model is its fine-tune), Qwen3-8B's context length")
+    return _case(record, "livinfly", gpu, VllmFlags(), workload, notes)
+
+
+def zhjunqin(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f = record["server_flags"]
+    if "AWQ" in record["model"]:
+        return Skipped(record["id"], "AWQ checkpoint and its server flags not stated")
+    log = f.get("args_from_log") or {}
+    flags = VllmFlags(
+        dtype="bfloat16",
+        gpu_memory_utilization=log.get("gpu_memory_utilization"),
+        max_num_seqs=log.get("max_num_seqs"),
+        enable_prefix_caching=False,
+        enable_chunked_prefill=False,
+    )
+    workload, how = _sharegpt(record["workload"], record["metrics"])
+    notes = [
+        how,
+        "KV pool from vLLM's log (# GPU blocks)",
+        "every request assumed completed (the table prints no count)",
+        "XFormers attention backend (log): not modelled",
+    ]
+    return _case(
+        record, "zhjunqin", gpu, flags, workload, notes, num_gpu_blocks=f.get("gpu_blocks_from_log")
+    )
+
+
+def lambdalabs(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    if not record.get("engine_version"):
+        return Skipped(
+            record["id"], "vLLM version not recorded (dated after 0.6.0, report says 0.5.4)"
+        )
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record), max_model_len=record["server_flags"]["max_model_len"]
+    )
+    workload, how = _sharegpt(record["workload"], record["metrics"])
+    notes = [
+        how,
+        "--gpu-memory-utilization / --max-num-seqs not recorded: 0.5.4 defaults (0.9, 256)",
+        "FP8 / Instruct checkpoints read as catalog models with the same shapes",
+    ]
+    return _case(record, "lambdalabs", gpu, flags, workload, notes)
+
+
+def cloudrift(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f, w = record["server_flags"], record["workload"]
+    replicas, stages = int(f.get("replicas") or 1), int(f.get("pipeline_parallel") or 1)
+    if stages > 1:
+        return Skipped(
+            record["id"], "pipeline-parallel replicas: not read (single-GPU replicas only)"
+        )
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+        kv_cache_dtype=f.get("kv_cache_dtype"),
+        enable_prefix_caching=f.get("enable_prefix_caching"),
+    )
+    concurrency = int(w["max_concurrency"])
+    workload, how = _random(
+        w,
+        record["metrics"],
+        num_prompts=split(_sent(w), replicas),
+        max_concurrency=split(concurrency, replicas),
+    )
+    notes = [how, CHAT_NOTE, "image `latest` (Oct 2025, version not printed): 0.11.0 assumed"]
+    notes.append("AWQ int4: base model shapes + AutoAWQ group-128 config (checkpoint not read)")
+    if replicas > 1:
+        notes.append(
+            f"{replicas} replicas behind NGINX: load split evenly, one replica simulated "
+            f"({split(concurrency, replicas)} of {concurrency} in flight), fleet throughput / {replicas}"
+        )
+    return _case(
+        record,
+        "cloudrift",
+        gpu,
+        flags,
+        workload,
+        notes,
+        vllm_version=version(record.get("engine_version")) or CLOUDRIFT_LATEST,
+        share=1.0 / replicas,
+    )
+
+
+def kubeai(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    if int((record.get("server_flags") or {}).get("replicas") or 1) > 1:
+        return Skipped(
+            record["id"],
+            "fleet of 8 replicas with multi-turn prompts whose turn structure is not stated",
+        )
+    return Skipped(record["id"], "server flags not stated (multimodal model served text-only)")
+
+
+def vllm_thread(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f = record["server_flags"]
+    flags = VllmFlags(
+        dtype="bfloat16",
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        enable_prefix_caching=f.get("enable_prefix_caching"),
+        enable_chunked_prefill=f.get("enable_chunked_prefill"),
+    )
+    workload, how = _sharegpt(record["workload"], record["metrics"])
+    notes = [how, "--gpu-memory-utilization not stated: 0.9 (default)"]
+    return _case(record, "vllm-issue", gpu, flags, workload, notes)
+
+
+def digitalocean(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    f, w = record["server_flags"], record["workload"]
+    if not str(w["dataset"]).startswith("sharegpt"):
+        return Skipped(
+            record["id"],
+            "multi-turn conversation set: its shared-prefix structure is not stated (only the mean)",
+        )
+    flags = VllmFlags(
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        max_num_batched_tokens=f.get("max_num_batched_tokens"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+        kv_cache_dtype="fp8",
+        enable_prefix_caching=True,
+    )
+    workload, how = _sharegpt(w, record["metrics"])
+    notes = [
+        how,
+        "KV pool from vLLM's log (GPU KV cache size, block 16), fp8 KV cache",
+        "modelopt FP8 checkpoint read as the catalog's FP8 Llama-3.3-70B (same shapes)",
+        "10 warm-up prompts before each rate (server not restarted): prefix cache starts cold",
+    ]
+    return _case(record, "digitalocean", gpu, flags, workload, notes, num_gpu_blocks=kv_blocks(f))
+
+
+READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
+    "gpustack-": gpustack,
+    "dennislee22-": dennislee22,
+    "livinfly-": livinfly,
+    "zhjunqin-": zhjunqin,
+    "lambdalabs-": lambdalabs,
+    "cloudrift-": cloudrift,
+    "kubeai-": kubeai,
+    "vllm-issue-": vllm_thread,
+    "vllm-pr-": vllm_thread,
+    "do-gtc-": digitalocean,
+}
