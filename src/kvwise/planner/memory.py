@@ -96,6 +96,25 @@ GRAPH_ESTIMATE_FRACTION = 0.8
 # 1024 x 201,088 logit warm-up; gemma-3-27b started with 2.3 GiB left for 1024 x 262,208).
 # Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile.
 WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
+# Model Runner V2 (0.22+) samples with its own Sampler (vllm/v1/worker/gpu/sample/sampler.py), read
+# from source: the [rows, vocab] tensors alive at its peak are named per release in the rules
+# (`v2_profile_sampler_tensors`, `v2_warmup_sampler_tensors`); bytes per logit of each (None: the
+# model's dtype). "logits": compute_logits' output in the model dtype; "fp32_copy":
+# apply_sampling_params' torch.empty_like(logits, dtype=float32).copy_(logits); "logits_clone"
+# (0.26): logits.clone() kept for raw logprobs; "flashinfer_probs": flashinfer_sample's
+# logits.softmax(dtype=float32). Everything else (penalties, bias, bad words, gumbel_sample's
+# [rows, vocab / 1024] maxima, compute_token_logprobs) works in place or per row.
+V2_SAMPLER_TENSOR_BYTES: dict[str, int | None] = {
+    "logits": None,
+    "fp32_copy": 4,
+    "logits_clone": None,
+    "flashinfer_probs": 4,
+}
+# Without FlashInfer, apply_top_k_top_p_triton (batch >= 8) caches an fp32 [p, vocab] buffer with
+# p = min(next power of 2 of min(num SMs, rows), num SMs); the SM count is not in the GPU catalog:
+# 128 (RTX 4090; H100 SXM has 132, A100 108, L4 58) is assumed.
+TRITON_TOPK_MIN_ROWS = 8
+ASSUMED_NUM_SMS = 128
 
 
 def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
@@ -149,7 +168,10 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
         return int(max(forward, sampler) + _moe_workspace_bytes(model, resolved))
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
-    sampler = rules.sampler_bytes_per_logit * logits
+    if uses_v2_runner(model, rules):
+        sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
+    else:
+        sampler = rules.sampler_bytes_per_logit * logits
     peak = max(sampler, _mlp_transient_bytes(model, resolved))
     vision = VISION_PROFILE_BYTES if model.vision else 0.0
     return int(
@@ -259,7 +281,47 @@ def cuda_graph_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
     return int((GRAPH_FIXED_BYTES + per_hidden + moe) * count / REFERENCE_NUM_GRAPHS)
 
 
-def warmup_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+def _v2_bytes_per_logit(tensors: tuple[str, ...], dtype_bytes: int) -> int:
+    sizes = (V2_SAMPLER_TENSOR_BYTES[name] for name in tensors)
+    return sum(dtype_bytes if size is None else size for size in sizes)
+
+
+def _has_flashinfer_sampler(gpu: GpuSpec) -> bool:
+    # v1/sample/ops/topk_topp_sampler.py:flashinfer_sampler_supported: CUDA, capability 7.5-12.1
+    return not gpu.is_rocm and 7.5 <= float(gpu.compute_capability) <= 12.1
+
+
+def _v2_warmup_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    num_gpu_blocks: int,
+) -> int:
+    # warmup_kernels: min(max_num_seqs, MNBT // prompt_len 2, (blocks - 1) // blocks per request)
+    rows = min(
+        resolved.max_num_seqs, resolved.max_num_batched_tokens // 2, max(1, num_gpu_blocks - 1)
+    )
+    tensors = rules.v2_warmup_sampler_tensors
+    if not _has_flashinfer_sampler(gpu):
+        tensors = tuple(t for t in tensors if t != "flashinfer_probs")
+    per_logit = _v2_bytes_per_logit(tensors, runtime_dtype_bytes(resolved))
+    triton_rows = 0
+    if "flashinfer_probs" not in tensors and rows >= TRITON_TOPK_MIN_ROWS:
+        # apply_top_k_top_p_triton's per-program buffer, first allocated here
+        triton_rows = min(1 << (min(rows, ASSUMED_NUM_SMS) - 1).bit_length(), ASSUMED_NUM_SMS)
+    return int((per_logit * rows + 4 * triton_rows) * model.vocab_size)
+
+
+def warmup_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    num_gpu_blocks: int,
+) -> int:
     """Transient the sampler warm-up needs after the KV pool is allocated."""
+    if uses_v2_runner(model, rules):
+        return _v2_warmup_bytes(model, gpu, resolved, rules, num_gpu_blocks)
     per_logit = WARMUP_SHARE_OF_SAMPLER * rules.sampler_bytes_per_logit
     return int(per_logit * _sampler_rows(resolved) * model.vocab_size)

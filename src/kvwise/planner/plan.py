@@ -157,7 +157,7 @@ def _startup_error(
     graph_excess = parts.graphs_actual - parts.graphs_in_budget
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
-    warmup = memory.warmup_bytes(model, resolved, rules)
+    warmup = memory.warmup_bytes(model, gpu, resolved, rules, kv.num_gpu_blocks)
     if rules.engine == "V1" and warmup > outside - graph_excess:
         return errors_text.sampler_warmup_oom(resolved)
     return None
