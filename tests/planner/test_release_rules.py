@@ -14,7 +14,8 @@ from kvwise.core.gpus import GIB, find_gpu
 from kvwise.core.models import SLIDING
 from kvwise.errors import InvalidFlagError, UnsupportedModelError
 from kvwise.planner import Plan, plan
-from kvwise.planner.defaults import rules_for
+from kvwise.planner.defaults import engine_rules, resolve_flags, rules_for
+from kvwise.planner.memory import capture_sizes
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
@@ -319,3 +320,24 @@ def test_the_warning_names_model_runner_v2_when_graphs_land_outside_the_budget()
     result = _plan(LLAMA8, "h100 sxm", "0.23.0", max_model_len=8192)
     assert any("Model Runner V2 estimates none" in w for w in result.warnings)
     assert not any("CUDA graphs" in w for w in _plan(LLAMA8, "h100 sxm", "0.20.0").warnings)
+
+
+@pytest.mark.parametrize(
+    ("version", "num_sizes"),
+    [
+        ("0.10.0", 3 + 64),  # before GptOssForCausalLMConfig: [1, 2, 4] + 8k to min(2 x 1024, 512)
+        ("0.10.1", 3 + 31 + 49),  # override list: step 16 from 256 to 1024 (83 sizes)
+        ("0.11.0", 3 + 31 + 47),  # to 992 (81 sizes)
+        ("0.19.0", 3 + 31 + 49),  # max_cudagraph_capture_size = 1024
+    ],
+)
+def test_gpt_oss_raises_the_largest_capture_size(version: str, num_sizes: int) -> None:
+    # vllm/model_executor/models/config.py:GptOssForCausalLMConfig ("This will increase the
+    # number of CUDA graphs from 67 to 83"); H100 defaults: max_num_seqs 1024, MNBT 8192
+    gpu, spec = find_gpu("h100 sxm"), load_model("openai/gpt-oss-20b")
+    flags = VllmFlags(max_model_len=8192)
+    rules = engine_rules(rules_for(version), gpu, flags)
+    sizes = capture_sizes(spec, resolve_flags(spec, gpu, flags, rules), rules)
+    assert len(sizes) == num_sizes
+    llama = capture_sizes(load_model(LLAMA8), resolve_flags(spec, gpu, flags, rules), rules)
+    assert max(llama) == 512

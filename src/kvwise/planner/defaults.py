@@ -67,6 +67,7 @@ class VersionRules:
     default_prefix_caching: bool
     cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
     cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
+    gpt_oss_max_capture_size: int  # GptOssForCausalLMConfig's largest capture size (0: none)
     sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
     v2_runner: str  # which models get Model Runner V2 by default (see memory.uses_v2_runner)
     v2_runner_archs: tuple[str, ...]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release

@@ -14,6 +14,7 @@ from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
 from kvwise.core.weights import weight_bytes_per_rank
 from kvwise.planner.defaults import VersionRules, quant_for
+from kvwise.planner.moe_memory import moe_profile_bytes
 from kvwise.planner.result import ResolvedFlags
 
 # --- activation peak of the profile run -------------------------------------------------------
@@ -38,8 +39,8 @@ V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [
 # 128,256 with an 8192-token forward of 0.84 GiB; sampler.py:_apply_top_k_top_p keeps ~40-48
 # bytes alive). With chunked prefill no sampler peak shows (vllm#10517 at 35k: 0.06 GiB;
 # vllm#13061 at 131k: 0.19 GiB for a 0.14 GiB forward), so none is charged.
-# MoE: the fused-MoE kernel's intermediate caches for max_num_batched_tokens x top-k rows
-# (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
+# MoE: the fused-MoE layer's buffers (planner/moe_memory.py): the persistent workspace adds to
+# the peak, the kernel's own per-call buffers only compete with the sampler.
 
 # --- non-torch memory charged to the budget ------------------------------------------------------
 # Per-instance accounting (V0 0.4-0.6.3 and 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase"
@@ -84,7 +85,11 @@ CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 GRAPH_FIXED_BYTES = 0.166 * GIB
 GRAPH_PER_1K_HIDDEN_BYTES = 0.185 * GIB
 REFERENCE_NUM_GRAPHS = 102
-MOE_GRAPH_EXTRA_BYTES = 0.9 * GIB  # Qwen3-30B-A3B 1.41 GiB vs 0.54 for its dense shapes
+# MoE: Qwen3-30B-A3B 1.41 GiB vs 0.54 for its dense shapes (102 graphs). Charged once, not per
+# graph: gpt-oss-20b (0.19, 166 graphs from GptOssForCausalLMConfig's capture list) logs 1.84 GiB,
+# 2.04 predicted this way and 2.60 if the extra grew with the count. How it depends on the count
+# and on the largest captured batch is not modelled (two logs, in-sample).
+MOE_GRAPH_EXTRA_BYTES = 0.9 * GIB
 # Vision encoders are profiled with dummy images too: gemma-3-27b-it logs 3.99 GiB of activation
 # where its text shapes give 3.70.
 VISION_PROFILE_BYTES = 0.3 * GIB
@@ -140,25 +145,18 @@ def _sampler_rows(resolved: ResolvedFlags) -> int:
     return min(resolved.max_num_seqs, resolved.max_num_batched_tokens)
 
 
-def _moe_workspace_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
-    moe = model.moe
-    if moe is None:
-        return 0.0
-    rows = resolved.max_num_batched_tokens * moe.num_experts_per_tok
-    inter = moe.expert_intermediate_size / resolved.tensor_parallel_size
-    # gate/up output (2 x intermediate), activation output, down output (hidden) per routed row
-    return rows * (3 * inter + model.hidden_size) * runtime_dtype_bytes(resolved)
-
-
 def _mlp_transient_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
     inter = model.intermediate_size / resolved.tensor_parallel_size
     # gate/up output [MNBT, 2 x I] and the activation output [MNBT, I]
     return resolved.max_num_batched_tokens * 3 * inter * runtime_dtype_bytes(resolved)
 
 
-def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+def activation_bytes(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> int:
     """Transient peak of the profile run above what stays allocated ("torch peak increase")."""
     dtype_bytes = runtime_dtype_bytes(resolved)
+    moe = moe_profile_bytes(model, gpu, resolved, rules)
     tokens = resolved.max_num_batched_tokens
     logits = _sampler_rows(resolved) * model.vocab_size
     if rules.engine == "V0":
@@ -166,17 +164,15 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
         mlp_in = (2 if model.gated_mlp else 1) * inter  # gate_up (or up) projection output
         forward = tokens * (mlp_in + inter + 3 * model.hidden_size) * dtype_bytes
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
-        return int(max(forward, sampler) + _moe_workspace_bytes(model, resolved))
+        return int(max(forward, sampler, moe.transient) + moe.persistent)
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
     if uses_v2_runner(model, rules):
         sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
     else:
         sampler = rules.sampler_bytes_per_logit * logits
-    peak = max(sampler, _mlp_transient_bytes(model, resolved))
+    peak = max(sampler, _mlp_transient_bytes(model, resolved), moe.transient)
     vision = VISION_PROFILE_BYTES if model.vision else 0.0
-    return int(
-        V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + _moe_workspace_bytes(model, resolved)
-    )
+    return int(V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + moe.persistent)
 
 
 def uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
@@ -244,10 +240,20 @@ def non_torch_bytes(
     return charged
 
 
-def capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
+def _gpt_oss_capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
+    # GptOssForCausalLMConfig (0.10.1+): [1, 2, 4] + steps of 8 below 256 + steps of 16 up to
+    # its largest size, which only max_num_batched_tokens caps (config/vllm.py)
+    max_cap = min(rules.gpt_oss_max_capture_size, resolved.max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, rules.gpt_oss_max_capture_size + 1, 16)]
+    return [s for s in sizes if s <= max_cap]
+
+
+def capture_sizes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
     """Batch sizes vLLM captures CUDA graphs for (empty with --enforce-eager)."""
     if resolved.enforce_eager:
         return []
+    if model.architecture == "GptOssForCausalLM" and rules.gpt_oss_max_capture_size:
+        return _gpt_oss_capture_sizes(resolved, rules)
     if rules.cuda_graph_sizes == "v0":
         # V0: [1, 2, 4] + multiples of 8 up to the smallest candidate >= max_num_seqs (256 max)
         limit = min(256, -(-resolved.max_num_seqs // 8) * 8) if resolved.max_num_seqs > 4 else 4
@@ -263,8 +269,8 @@ def capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
     return [s for s in sizes if s <= max_cap]
 
 
-def num_graphs(resolved: ResolvedFlags, rules: VersionRules) -> int:
-    sizes = capture_sizes(resolved, rules)
+def num_graphs(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    sizes = capture_sizes(model, resolved, rules)
     if rules.cudagraph_mode == "piecewise":
         return len(sizes)
     # FULL_AND_PIECEWISE: a piecewise graph per size and a full graph per uniform-decode size
@@ -273,12 +279,12 @@ def num_graphs(resolved: ResolvedFlags, rules: VersionRules) -> int:
 
 def cuda_graph_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
     """Memory the graph pool takes when captured (0 with --enforce-eager)."""
-    count = num_graphs(resolved, rules)
+    count = num_graphs(model, resolved, rules)
     if count == 0:
         return 0
     per_hidden = GRAPH_PER_1K_HIDDEN_BYTES * model.hidden_size / 1000
-    moe = MOE_GRAPH_EXTRA_BYTES if model.moe else 0.0
-    return int((GRAPH_FIXED_BYTES + per_hidden + moe) * count / REFERENCE_NUM_GRAPHS)
+    moe = MOE_GRAPH_EXTRA_BYTES if model.moe else 0.0  # once, whatever the count (see above)
+    return int((GRAPH_FIXED_BYTES + per_hidden) * count / REFERENCE_NUM_GRAPHS + moe)
 
 
 def _v2_bytes_per_logit(tensors: tuple[str, ...], dtype_bytes: int) -> int:

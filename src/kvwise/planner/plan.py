@@ -55,7 +55,7 @@ def _non_kv(
     return _NonKv(
         # LoRA slots are allocated inside load_model: vLLM logs them as weights
         weights=memory.weights_bytes(model, resolved) + lora_bytes(model, flags, resolved, rules),
-        activation=memory.activation_bytes(model, resolved, rules),
+        activation=memory.activation_bytes(model, gpu, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
         graphs_in_budget=in_budget_bytes,
