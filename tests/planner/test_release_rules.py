@@ -341,3 +341,31 @@ def test_gpt_oss_raises_the_largest_capture_size(version: str, num_sizes: int) -
     assert len(sizes) == num_sizes
     llama = capture_sizes(load_model(LLAMA8), resolve_flags(spec, gpu, flags, rules), rules)
     assert max(llama) == 512
+
+
+def test_0_11_moves_the_custom_all_reduce_before_the_snapshot_out_of_the_budget() -> None:
+    # v0.11.0:vllm/v1/worker/gpu_worker.py:init_device sets up NCCL and the custom all-reduce
+    # (three 8 MiB buffers, GPU P2P at TP 2) before MemorySnapshot(); 0.10.2 snapshots first
+    # and charges them as non-torch memory
+    kwargs = {"tensor_parallel_size": 2, "max_model_len": 8192, "enforce_eager": True}
+    before = _plan(LLAMA8, "a100 80gb", "0.10.2", **kwargs)
+    after = _plan(LLAMA8, "a100 80gb", "0.11.0", **kwargs)
+    assert before.memory.non_torch_bytes - after.memory.non_torch_bytes == 24 * MIB
+    assert after.memory.kv_cache_bytes - before.memory.kv_cache_bytes == 24 * MIB
+    # the buffers now sit on top of the budget on the device
+    assert after.memory.peak_device_bytes - before.memory.peak_device_bytes == 24 * MIB
+    assert any("NCCL communicator memory" in part for part in after.not_modelled)
+    assert not any("NCCL" in part for part in before.not_modelled)
+
+
+def test_0_11_free_memory_check_counts_the_buffers_taken_before_the_snapshot() -> None:
+    # A100 80 GB: free at the snapshot = total - context (TP 1), less 24 MiB at TP 2; a budget
+    # between the two figures passes the check at TP 1 and is refused at TP 2
+    gpu = find_gpu("a100 80gb")
+    free_tp1 = gpu.memory_bytes - int(0.5 * GIB)
+    util = (free_tp1 - 12 * MIB) / gpu.memory_bytes
+    kwargs = {"gpu_memory_utilization": util, "max_model_len": 8192}
+    tp1 = _plan(LLAMA8, "a100 80gb", "0.19.0", **kwargs)
+    assert tp1.error is None or tp1.error.kind != "insufficient_free_memory_at_startup"
+    tp2 = _plan(LLAMA8, "a100 80gb", "0.19.0", tensor_parallel_size=2, **kwargs)
+    assert tp2.error is not None and tp2.error.kind == "insufficient_free_memory_at_startup"

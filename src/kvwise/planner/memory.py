@@ -213,15 +213,42 @@ def custom_all_reduce_bytes(gpu: GpuSpec, tp: int) -> int:
     return CUSTOM_ALL_REDUCE_BYTES
 
 
-def _multi_gpu_bytes(gpu: GpuSpec, tp: int) -> int:
+def _multi_gpu_bytes(gpu: GpuSpec, tp: int, rules: VersionRules) -> int:
     if tp == 1:
         return 0
     is_nvswitch_hopper = (
         gpu.interconnect_bytes_s >= NVSWITCH_MIN_BYTES_S and float(gpu.compute_capability) >= 9.0
     )
     if is_nvswitch_hopper:
-        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure, custom all-reduce included
+        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure: allocated after the snapshot
+    if rules.distributed_init_before_snapshot:
+        return 0  # 0.11+: the custom all-reduce is set up before the snapshot, outside the budget
     return custom_all_reduce_bytes(gpu, tp)
+
+
+NCCL_INIT_NOT_MODELLED = (
+    "NCCL communicator memory set up before vLLM's memory snapshot (0.11+, "
+    "init_worker_distributed_environment): it lowers the free memory at the start-up check and "
+    "the room for CUDA graphs and the sampler warm-up, outside the budget"
+)
+
+
+def setup_not_modelled(resolved: ResolvedFlags, rules: VersionRules) -> tuple[str, ...]:
+    """Parts of this set-up's start-up memory kvwise does not size."""
+    is_multi_gpu = resolved.tensor_parallel_size * resolved.pipeline_parallel_size > 1
+    if is_multi_gpu and rules.distributed_init_before_snapshot:
+        return (NCCL_INIT_NOT_MODELLED,)
+    return ()
+
+
+def before_snapshot_bytes(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """Device memory vLLM 0.11+ takes between the CUDA context and its memory snapshot
+    (init_worker_distributed_environment): it lowers "free" at the start-up check and the room
+    outside the budget, and is not charged to the budget. Only the custom all-reduce's buffers
+    are counted; NCCL's communicator memory is named as not modelled."""
+    if not rules.distributed_init_before_snapshot:
+        return 0
+    return custom_all_reduce_bytes(gpu, resolved.tensor_parallel_size)
 
 
 def non_torch_bytes(
@@ -234,7 +261,7 @@ def non_torch_bytes(
         charged = GLOBAL_NON_TORCH_BYTES + others
     else:
         charged = NON_TORCH_BYTES
-    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size)
+    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size, rules)
     if uses_v2_runner(model, rules):
         charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
     return charged

@@ -62,15 +62,15 @@ def _non_kv(
     )
 
 
-def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None) -> int:
+def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None, before_snapshot: int) -> int:
     """Free memory in vLLM's start-up snapshot (MemorySnapshot / init_gpu_memory), taken after
-    its own CUDA context exists. A figure vLLM printed itself ("Free memory on device (X/Y GiB)
-    on startup") already excludes that context; NVML's free figure, read before vLLM runs, and an
-    empty card do not."""
+    its own CUDA context exists (and, 0.11+, after the distributed set-up: `before_snapshot`).
+    A figure vLLM printed itself ("Free memory on device (X/Y GiB) on startup") already excludes
+    both; NVML's free figure, read before vLLM runs, and an empty card do not."""
     if startup_free_bytes is not None:
         return startup_free_bytes
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
-    return free - memory.CUDA_CONTEXT_BYTES
+    return free - memory.CUDA_CONTEXT_BYTES - before_snapshot
 
 
 def _available_kv(budget: int, parts: _NonKv, resolved: ResolvedFlags) -> int:
@@ -196,7 +196,8 @@ def plan(
     available = _available_kv(budget, parts, resolved)
     resolved = _resolve_auto_len(resolved, layout, available)
     kv = _capacity(layout, available, resolved, rules)
-    free = _free_at_init(gpu, startup_free_bytes)
+    before_snapshot = memory.before_snapshot_bytes(gpu, resolved, rules)
+    free = _free_at_init(gpu, startup_free_bytes, before_snapshot)
     error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
@@ -212,6 +213,7 @@ def plan(
         kv_cache_bytes=max(available, 0),
         cuda_graph_in_budget=memory.graph_estimate_in_budget(model, rules),
         peak_device_bytes=memory.CUDA_CONTEXT_BYTES
+        + before_snapshot
         + budget
         + parts.graphs_actual
         - parts.graphs_in_budget,
@@ -228,5 +230,6 @@ def plan(
         error=error,
         host_ram_bytes=host,
         warnings=(),
+        setup_not_modelled=memory.setup_not_modelled(resolved, rules),
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})
