@@ -369,3 +369,9 @@ def test_0_11_free_memory_check_counts_the_buffers_taken_before_the_snapshot() -
     assert tp1.error is None or tp1.error.kind != "insufficient_free_memory_at_startup"
     tp2 = _plan(LLAMA8, "a100 80gb", "0.19.0", tensor_parallel_size=2, **kwargs)
     assert tp2.error is not None and tp2.error.kind == "insufficient_free_memory_at_startup"
+
+
+def test_a_multimodal_model_on_the_v0_engine_is_refused_naming_the_encoder_profile() -> None:
+    with pytest.raises(UnsupportedModelError, match="not modelled: the vision encoder's share"):
+        _plan("google/gemma-3-27b-it", "h100 sxm", "0.7.3", max_model_len=8192)
+    assert _plan("google/gemma-3-27b-it", "h100 sxm", "0.19.0", max_model_len=8192).starts

@@ -180,7 +180,7 @@ def plan(
     less the context, or the whole card less the context.
     """
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
-    model = for_release(model, rules.version)
+    model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
     parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
