@@ -100,19 +100,26 @@ GRAPH_ESTIMATE_FRACTION = 0.8
 # what is left outside the budget (gpt-oss-20b at 0.95 on H100 failed with 1.6 GiB left for a
 # 1024 x 201,088 logit warm-up; gemma-3-27b started with 2.3 GiB left for 1024 x 262,208).
 # Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile.
+# Model Runner V2's warm-up transient is read from source (below); the same 9/14 share of it is
+# taken to need room outside the budget (no V2 warm-up log has been available to check it).
 WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
 # Model Runner V2 (0.22+) samples with its own Sampler (vllm/v1/worker/gpu/sample/sampler.py), read
 # from source: the [rows, vocab] tensors alive at its peak are named per release in the rules
 # (`v2_profile_sampler_tensors`, `v2_warmup_sampler_tensors`); bytes per logit of each (None: the
 # model's dtype). "logits": compute_logits' output in the model dtype; "fp32_copy":
 # apply_sampling_params' torch.empty_like(logits, dtype=float32).copy_(logits); "logits_clone"
-# (0.26): logits.clone() kept for raw logprobs; "flashinfer_probs": flashinfer_sample's
-# logits.softmax(dtype=float32). Everything else (penalties, bias, bad words, gumbel_sample's
-# [rows, vocab / 1024] maxima, compute_token_logprobs) works in place or per row.
+# (0.26): logits.clone() kept for raw logprobs; with top-k and top-p both set (the warm-up),
+# flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits holds
+# "flashinfer_masked_logits" (top_k_mask_logits' copy) and "flashinfer_probs" (its softmax), both
+# fp32, and 0.26 first casts the logits to fp32 ("flashinfer_fp32_cast"). Everything else
+# (penalties, bias, bad words, gumbel_sample's [rows, vocab / 1024] maxima,
+# compute_token_logprobs) works in place or per row.
 V2_SAMPLER_TENSOR_BYTES: dict[str, int | None] = {
     "logits": None,
     "fp32_copy": 4,
     "logits_clone": None,
+    "flashinfer_fp32_cast": 4,
+    "flashinfer_masked_logits": 4,
     "flashinfer_probs": 4,
 }
 # Without FlashInfer, apply_top_k_top_p_triton (batch >= 8) caches an fp32 [p, vocab] buffer with
@@ -337,13 +344,15 @@ def _v2_warmup_bytes(
     )
     tensors = rules.v2_warmup_sampler_tensors
     if not _has_flashinfer_sampler(gpu):
-        tensors = tuple(t for t in tensors if t != "flashinfer_probs")
+        tensors = tuple(t for t in tensors if not t.startswith("flashinfer_"))
     per_logit = _v2_bytes_per_logit(tensors, runtime_dtype_bytes(resolved))
     triton_rows = 0
-    if "flashinfer_probs" not in tensors and rows >= TRITON_TOPK_MIN_ROWS:
-        # apply_top_k_top_p_triton's per-program buffer, first allocated here
+    if not any(t.startswith("flashinfer_") for t in tensors) and rows >= TRITON_TOPK_MIN_ROWS:
+        # apply_top_k_top_p_triton's per-program buffer, first allocated here and kept
         triton_rows = min(1 << (min(rows, ASSUMED_NUM_SMS) - 1).bit_length(), ASSUMED_NUM_SMS)
-    return int((per_logit * rows + 4 * triton_rows) * model.vocab_size)
+    # the same share of the transient as the V1 runner's warm-up needs outside the budget
+    transient = WARMUP_SHARE_OF_SAMPLER * per_logit * rows * model.vocab_size
+    return int(transient + 4 * triton_rows * model.vocab_size)
 
 
 def warmup_bytes(
