@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from kvwise.core.catalog import load_model
 from kvwise.core.models import FULL, SLIDING, spec_from_config
-from kvwise.core.weights import is_experts_only
+from kvwise.core.weights import count_params, is_experts_only
 from kvwise.errors import DataError, UnknownModelError, UnsupportedModelError
 
 
@@ -155,3 +156,104 @@ def test_a_variant_that_is_not_modelled_is_one_line_naming_model_and_part() -> N
         spec_from_config(config, "deepseek-ai/DeepSeek-V3.2-Exp")
     assert str(info.value).startswith("deepseek-ai/DeepSeek-V3.2-Exp: not modelled: DeepSeek-V3.2")
     assert "\n" not in str(info.value)
+
+
+# First-generation Qwen, config.json as published (huggingface.co/Qwen/Qwen-7B, -14B, -72B:
+# hidden_size, intermediate_size counting gate and up together, seq_length below
+# max_position_embeddings); published sizes 7.72B, 14.2B, 72.3B.
+def _qwen_v1(hidden: int, layers: int, heads: int, intermediate: int, vocab: int) -> dict:  # type: ignore[type-arg]
+    return {
+        "architectures": ["QWenLMHeadModel"],
+        "model_type": "qwen",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "kv_channels": hidden // heads,
+        "intermediate_size": intermediate,
+        "vocab_size": vocab,
+        "max_position_embeddings": 32768,
+        "seq_length": 8192,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+@pytest.mark.parametrize(
+    ("shapes", "published_b"),
+    [
+        ((4096, 32, 32, 22016, 151936), 7.72),  # Qwen-7B
+        ((5120, 40, 40, 27392, 152064), 14.2),  # Qwen-14B
+        ((8192, 80, 64, 49152, 152064), 72.3),  # Qwen-72B
+    ],
+)
+def test_qwen_v1_reads_halved_mlp_and_matches_published_sizes(
+    shapes: tuple[int, int, int, int, int], published_b: float
+) -> None:
+    spec = spec_from_config(_qwen_v1(*shapes), "Qwen/Qwen-x")
+    assert spec.intermediate_size == shapes[3] // 2  # qwen.py: QWenMLP(intermediate_size // 2)
+    assert spec.num_kv_heads == spec.num_attention_heads  # multi-head attention
+    assert spec.max_position_embeddings == 8192  # vLLM takes the smallest length key
+    assert abs(count_params(spec) / 1e9 - published_b) / published_b < 0.005
+
+
+def test_qwen_v1_old_key_names_and_the_visual_variant() -> None:
+    old = {
+        "architectures": ["QWenLMHeadModel"],
+        "n_embd": 4096,
+        "n_layer": 32,
+        "n_head": 32,
+        "ffn_hidden_size": 22016,
+        "vocab_size": 151936,
+        "seq_length": 2048,
+    }
+    spec = spec_from_config(old, "Qwen/Qwen-7B-Chat")
+    assert (spec.hidden_size, spec.num_layers, spec.intermediate_size) == (4096, 32, 11008)
+    assert spec.max_position_embeddings == 2048
+    with pytest.raises(UnsupportedModelError, match="not modelled: Qwen-VL's visual tower"):
+        spec_from_config(_qwen_v1(4096, 32, 32, 22016, 151936) | {"visual": {}}, "Qwen/Qwen-VL")
+
+
+def _minicpmv_26(**extra: object) -> dict:  # type: ignore[type-arg]
+    # MiniCPM-V 2.6 = Qwen2-7B + SigLIP-400M (so400m-patch14 shapes, 980-pixel positions) +
+    # a 64-query resampler (OpenBMB's model card: "built on SigLip-400M and Qwen2-7B, 8B")
+    raw = resources.files("kvwise.core").joinpath("data/models/Qwen--Qwen2-7B-Instruct.json")
+    text = json.loads(raw.read_text())["config"]
+    vision = {
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+        "image_size": 980,
+        "num_attention_heads": 16,
+    }
+    return (
+        text
+        | {
+            "architectures": ["MiniCPMV"],
+            "model_type": "minicpmv",
+            "version": 2.6,
+            "query_num": 64,
+            "vision_config": vision,
+            "vocab_size": 151666,
+        }
+        | extra
+    )
+
+
+def test_minicpm_v_2_6_is_qwen2_with_a_siglip_tower_and_resampler() -> None:
+    spec = spec_from_config(_minicpmv_26(), "openbmb/MiniCPM-V-2_6")
+    assert spec.has_qkv_bias and spec.num_kv_heads == 4  # Qwen2ForCausalLM's layout
+    assert spec.vision is not None
+    assert abs(count_params(spec) / 1e9 - 8.1) / 8.1 < 0.01
+    # Resampler2_5's 70 x 70 sin-cos table, in the model dtype, counts as memory, not parameters
+    assert spec.vision.num_buffer_elements == 70 * 70 * 3584
+
+
+@pytest.mark.parametrize("version", [None, 2.5, 4.0])
+def test_minicpm_v_other_versions_are_refused_naming_the_version(version: object) -> None:
+    config = _minicpmv_26()
+    config.pop("version")
+    if version is not None:
+        config["version"] = version
+    with pytest.raises(UnsupportedModelError, match="not modelled: MiniCPM-V version"):
+        spec_from_config(config, "openbmb/MiniCPM-V")

@@ -14,7 +14,8 @@ from kvwise.core.gpus import GIB, find_gpu
 from kvwise.core.models import SLIDING
 from kvwise.errors import InvalidFlagError, UnsupportedModelError
 from kvwise.planner import Plan, plan
-from kvwise.planner.defaults import rules_for
+from kvwise.planner.defaults import engine_rules, resolve_flags, rules_for
+from kvwise.planner.memory import capture_sizes
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
@@ -319,3 +320,58 @@ def test_the_warning_names_model_runner_v2_when_graphs_land_outside_the_budget()
     result = _plan(LLAMA8, "h100 sxm", "0.23.0", max_model_len=8192)
     assert any("Model Runner V2 estimates none" in w for w in result.warnings)
     assert not any("CUDA graphs" in w for w in _plan(LLAMA8, "h100 sxm", "0.20.0").warnings)
+
+
+@pytest.mark.parametrize(
+    ("version", "num_sizes"),
+    [
+        ("0.10.0", 3 + 64),  # before GptOssForCausalLMConfig: [1, 2, 4] + 8k to min(2 x 1024, 512)
+        ("0.10.1", 3 + 31 + 49),  # override list: step 16 from 256 to 1024 (83 sizes)
+        ("0.11.0", 3 + 31 + 47),  # to 992 (81 sizes)
+        ("0.19.0", 3 + 31 + 49),  # max_cudagraph_capture_size = 1024
+    ],
+)
+def test_gpt_oss_raises_the_largest_capture_size(version: str, num_sizes: int) -> None:
+    # vllm/model_executor/models/config.py:GptOssForCausalLMConfig ("This will increase the
+    # number of CUDA graphs from 67 to 83"); H100 defaults: max_num_seqs 1024, MNBT 8192
+    gpu, spec = find_gpu("h100 sxm"), load_model("openai/gpt-oss-20b")
+    flags = VllmFlags(max_model_len=8192)
+    rules = engine_rules(rules_for(version), gpu, flags)
+    sizes = capture_sizes(spec, resolve_flags(spec, gpu, flags, rules), rules)
+    assert len(sizes) == num_sizes
+    llama = capture_sizes(load_model(LLAMA8), resolve_flags(spec, gpu, flags, rules), rules)
+    assert max(llama) == 512
+
+
+def test_0_11_moves_the_custom_all_reduce_before_the_snapshot_out_of_the_budget() -> None:
+    # v0.11.0:vllm/v1/worker/gpu_worker.py:init_device sets up NCCL and the custom all-reduce
+    # (three 8 MiB buffers, GPU P2P at TP 2) before MemorySnapshot(); 0.10.2 snapshots first
+    # and charges them as non-torch memory
+    kwargs = {"tensor_parallel_size": 2, "max_model_len": 8192, "enforce_eager": True}
+    before = _plan(LLAMA8, "a100 80gb", "0.10.2", **kwargs)
+    after = _plan(LLAMA8, "a100 80gb", "0.11.0", **kwargs)
+    assert before.memory.non_torch_bytes - after.memory.non_torch_bytes == 24 * MIB
+    assert after.memory.kv_cache_bytes - before.memory.kv_cache_bytes == 24 * MIB
+    # the buffers now sit on top of the budget on the device
+    assert after.memory.peak_device_bytes - before.memory.peak_device_bytes == 24 * MIB
+    assert any("NCCL communicator memory" in part for part in after.not_modelled)
+    assert not any("NCCL" in part for part in before.not_modelled)
+
+
+def test_0_11_free_memory_check_counts_the_buffers_taken_before_the_snapshot() -> None:
+    # A100 80 GB: free at the snapshot = total - context (TP 1), less 24 MiB at TP 2; a budget
+    # between the two figures passes the check at TP 1 and is refused at TP 2
+    gpu = find_gpu("a100 80gb")
+    free_tp1 = gpu.memory_bytes - int(0.5 * GIB)
+    util = (free_tp1 - 12 * MIB) / gpu.memory_bytes
+    kwargs = {"gpu_memory_utilization": util, "max_model_len": 8192}
+    tp1 = _plan(LLAMA8, "a100 80gb", "0.19.0", **kwargs)
+    assert tp1.error is None or tp1.error.kind != "insufficient_free_memory_at_startup"
+    tp2 = _plan(LLAMA8, "a100 80gb", "0.19.0", tensor_parallel_size=2, **kwargs)
+    assert tp2.error is not None and tp2.error.kind == "insufficient_free_memory_at_startup"
+
+
+def test_a_multimodal_model_on_the_v0_engine_is_refused_naming_the_encoder_profile() -> None:
+    with pytest.raises(UnsupportedModelError, match="not modelled: the vision encoder's share"):
+        _plan("google/gemma-3-27b-it", "h100 sxm", "0.7.3", max_model_len=8192)
+    assert _plan("google/gemma-3-27b-it", "h100 sxm", "0.19.0", max_model_len=8192).starts

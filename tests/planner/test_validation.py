@@ -17,10 +17,6 @@ from tests.planner.cases import Case, free_gib_from_error, load_records, to_case
 # Failure cases the planner gets wrong today, each with what is missing. They are reported as
 # misses on every run (never silently dropped); the test fails if one starts passing unnoticed.
 KNOWN_MISSES = {
-    "llmd-gpt-oss-20b-h100-tp1-gmu095-fail": "gpt-oss's MXFP4 MoE: the planner charges the fused-MoE "
-    "workspace on top of the sampler (activation 3.55 vs 2.87 GiB logged) and sizes its CUDA graphs "
-    "from the default capture list (1.60 vs 1.84 GiB; GptOssForCausalLMConfig raises the largest "
-    "capture size to 992), so the sampler warm-up appears to fit by 0.1 GiB",
     "vllm-12539-r1-distill-qwen-1p5b-4xl4-fail": "a 1.5B model at TP4 on 4x L4 fits by any accounting; the "
     "user quotes only 'CUDA out of memory' and the traceback (which stage) is not in the thread",
     "vllm-17238-qwen25-32b-w8a16-2x3090-fail": "the planner also refuses this start, and with the user's "

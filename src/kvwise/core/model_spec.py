@@ -78,6 +78,7 @@ class VisionSpec:
     """A vision tower vLLM loads next to the text model (multimodal checkpoints)."""
 
     num_params: int
+    num_buffer_elements: int = 0  # non-parameter tensors it holds in the model dtype
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from kvwise.core.model_spec import (
     MoeSpec,
     VisionSpec,
 )
-from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, mistral
+from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral
 from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
 from kvwise.core.models_moe import MOE_ARCHITECTURES
 from kvwise.core.quant import parse_quantization
-from kvwise.core.vision import VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
+from kvwise.core.vision import VISION_BUFFERS, VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
 from kvwise.errors import DataError, UnsupportedModelError
 
 __all__ = [
@@ -57,6 +57,7 @@ ARCHITECTURES: dict[str, Reader] = (
         # multimodal: the text model's reader; the tower is counted from `vision_config`
         "Gemma3ForConditionalGeneration": gemma3,
         "Mistral3ForConditionalGeneration": mistral,
+        "MiniCPMV": minicpmv,
     }
 )
 
@@ -79,6 +80,7 @@ MODEL_TYPES = {
     "internlm2": "InternLM2ForCausalLM",
     "chatglm": "ChatGLMModel",
     "baichuan": "BaichuanForCausalLM",
+    "qwen": "QWenLMHeadModel",
 }
 
 
@@ -131,7 +133,11 @@ def spec_from_config(
         raise UnsupportedModelError(f"{model_id}: {exc}") from exc
     vision, not_modelled = None, tuple(fields.pop("not_modelled", ()))
     if "vision_config" in config and arch in VISION_TOWERS:
-        vision = VisionSpec(num_params=VISION_TOWERS[arch](config, fields["hidden_size"]))
+        buffers = VISION_BUFFERS.get(arch, lambda _config, _hidden: 0)
+        vision = VisionSpec(
+            num_params=VISION_TOWERS[arch](config, fields["hidden_size"]),
+            num_buffer_elements=buffers(config, fields["hidden_size"]),
+        )
         not_modelled += (VISION_PROFILING_NOT_MODELLED,)
     if "quant" not in fields:
         fields["quant"] = parse_quantization(config.get("quantization_config"), model_id)

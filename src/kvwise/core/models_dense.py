@@ -48,6 +48,17 @@ def phi3(cfg: dict[str, Any]) -> dict[str, Any]:
     return llama(cfg)
 
 
+def minicpmv(cfg: dict[str, Any]) -> dict[str, Any]:
+    """MiniCPM-V (vLLM's `MiniCPMV`): the release picks the language model from `version`
+    (minicpmv.py:MiniCPMV.__new__); 2.6 is Qwen2ForCausalLM on the top-level config."""
+    version = str(_get(cfg, "version", default="unversioned (2.0 or 2.5)"))
+    if version != "2.6":
+        raise UnsupportedModelError(
+            f"not modelled: MiniCPM-V version {version} (only 2.6, a Qwen2 language model)"
+        )
+    return qwen2(cfg)
+
+
 def gemma2(cfg: dict[str, Any]) -> dict[str, Any]:
     fields = _base_fields(cfg)
     num_layers = fields["num_layers"]
@@ -95,6 +106,32 @@ def baichuan(cfg: dict[str, Any]) -> dict[str, Any]:
     return _base_fields(cfg)
 
 
+def qwen_v1(cfg: dict[str, Any]) -> dict[str, Any]:
+    """First-generation Qwen (Qwen-7B/14B/72B, vLLM's `QWenLMHeadModel` in
+    model_executor/models/qwen.py): multi-head attention with head_dim = hidden / heads, a bias on
+    the fused c_attn (qkv) only, a gated MLP of `intermediate_size // 2` per projection (the
+    config counts gate and up together), RMSNorm, untied wte and lm_head."""
+    if "visual" in cfg:  # qwen.py hands these to QwenVLForConditionalGeneration
+        raise UnsupportedModelError("not modelled: Qwen-VL's visual tower (config has `visual`)")
+    hidden = int(_require(cfg, "hidden_size", "n_embd"))
+    heads = int(_require(cfg, "num_attention_heads", "n_head"))
+    kv_channels = _get(cfg, "kv_channels")
+    if kv_channels is not None and int(kv_channels) != hidden // heads:
+        raise UnsupportedModelError("not modelled: QWen with kv_channels != hidden_size / heads")
+    # vLLM's max_model_len is the smallest length key the config sets (_get_and_verify_max_len)
+    lengths = [
+        int(cfg[k]) for k in ("max_position_embeddings", "n_positions", "seq_length") if cfg.get(k)
+    ]
+    renamed = dict(cfg) | {
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_hidden_layers": _require(cfg, "num_hidden_layers", "n_layer"),
+        "intermediate_size": int(_require(cfg, "intermediate_size", "ffn_hidden_size")) // 2,
+        "max_position_embeddings": min(lengths) if lengths else 2048,
+    }
+    return _base_fields(renamed) | {"has_qkv_bias": True}
+
+
 DENSE_ARCHITECTURES: dict[str, Reader] = {
     "LlamaForCausalLM": llama,
     "MistralForCausalLM": mistral,
@@ -108,4 +145,5 @@ DENSE_ARCHITECTURES: dict[str, Reader] = {
     "ChatGLMForConditionalGeneration": chatglm,
     "Glm4ForCausalLM": llama,
     "BaichuanForCausalLM": baichuan,
+    "QWenLMHeadModel": qwen_v1,
 }

@@ -80,9 +80,43 @@ def mistral3_vision(config: dict[str, Any], text_hidden: int) -> int:
     return _pixtral(config["vision_config"], text_hidden, int(config.get("spatial_merge_size", 2)))
 
 
+def _resampler_2_5(num_queries: int, embed_dim: int, kv_dim: int) -> int:
+    """vllm/model_executor/layers/resampler.py:BaseResampler (Resampler2_5): learned queries,
+    kv_proj (no bias) from the tower's width, nn.MultiheadAttention (in_proj 3E x E + bias,
+    out_proj E x E + bias), ln_q / ln_kv / ln_post (weight + bias), the E x E post projection."""
+    kv_proj = kv_dim * embed_dim if kv_dim != embed_dim else 0
+    attention = 4 * embed_dim * embed_dim + 4 * embed_dim
+    return num_queries * embed_dim + kv_proj + attention + 6 * embed_dim + embed_dim * embed_dim
+
+
+def minicpmv_vision(config: dict[str, Any], text_hidden: int) -> int:
+    """MiniCPM-V 2.6 (vllm/model_executor/models/minicpmv.py:MiniCPMV2_6): an Idefics2 (SigLIP)
+    tower, its last layer dropped with `drop_vision_last_layer`, and Resampler2_5 to the text
+    width (query_num queries, embed_dim // 128 heads). The projector-free SigLIP count is the
+    Gemma-3 one less its projector."""
+    vision = dict(config["vision_config"])
+    if config.get("drop_vision_last_layer"):
+        vision["num_hidden_layers"] = int(vision["num_hidden_layers"]) - 1
+    tower = _siglip(vision, text_hidden) - int(vision["hidden_size"]) * (text_hidden + 1)
+    resampler = _resampler_2_5(int(config["query_num"]), text_hidden, int(vision["hidden_size"]))
+    return tower + resampler
+
+
+def minicpmv_buffers(config: dict[str, Any], text_hidden: int) -> int:
+    # Resampler2_5._set_2d_pos_cache: a non-persistent sin-cos table for max_size (70, 70)
+    # positions x embed_dim, cast to the model dtype with the resampler: memory, not parameters
+    return 70 * 70 * text_hidden
+
+
+# architecture -> elements of buffers the tower holds besides its parameters
+VISION_BUFFERS: dict[str, Callable[[dict[str, Any], int], int]] = {
+    "MiniCPMV": minicpmv_buffers,
+}
+
 # architecture -> parameters of its vision tower and projector
 VISION_TOWERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "Gemma3ForConditionalGeneration": gemma3_vision,
     "Mistral3ForConditionalGeneration": mistral3_vision,
     "Llama4ForConditionalGeneration": _llama4,
+    "MiniCPMV": minicpmv_vision,
 }

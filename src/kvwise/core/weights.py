@@ -259,7 +259,8 @@ def _sharded_bytes_per_rank(
     sharded += _expert_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
     copies = groups.replicated_linear
     sharded += _quantized_bytes(copies, linear_quant, dtype_bytes, copies // spec.hidden_size)
-    sharded += (groups.replicated + groups.vision) * dtype_bytes
+    buffers = spec.vision.num_buffer_elements if spec.vision else 0
+    sharded += (groups.replicated + groups.vision + buffers) * dtype_bytes
     return sharded + _mla_absorbed_bytes(spec, tp, dtype_bytes)
 
 

@@ -67,11 +67,15 @@ class VersionRules:
     default_prefix_caching: bool
     cuda_graph_sizes: str  # "v0", "v1_step8_512", "v1_step8", "v1_step16"
     cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
+    gpt_oss_max_capture_size: int  # GptOssForCausalLMConfig's largest capture size (0: none)
     sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
     v2_runner: str  # which models get Model Runner V2 by default (see memory.uses_v2_runner)
     v2_runner_archs: tuple[str, ...]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release
+    v2_profile_sampler_tensors: tuple[str, ...]  # [rows, vocab] tensors at V2's profile sampler
+    v2_warmup_sampler_tensors: tuple[str, ...]  # and at its warmup_kernels sampler step
     hybrid_kv_groups: bool  # sliding and full layers in separate KV-cache groups (V1 0.9.1+)
     custom_all_reduce: str  # "v0": three 8 MiB IPC buffers when enabled
+    distributed_init_before_snapshot: bool  # NCCL and custom all-reduce set up before it (0.11+)
     lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
     lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
     has_kv_cache_memory_bytes: bool
@@ -125,6 +129,8 @@ def _to_rules(version: str, merged: dict[str, Any]) -> VersionRules:
     fields = {k: v for k, v in merged.items() if k not in ("since", "evidence")}
     fields["batch_tiers"] = tuple(_tier(tier) for tier in fields["batch_tiers"])
     fields["v2_runner_archs"] = tuple(fields["v2_runner_archs"])
+    for name in ("v2_profile_sampler_tensors", "v2_warmup_sampler_tensors"):
+        fields[name] = tuple(fields[name])
     fields["kv_cache_dtypes"] = tuple(fields["kv_cache_dtypes"])
     fields["v0_auto_chunked_prefill_off_for"] = tuple(fields["v0_auto_chunked_prefill_off_for"])
     fields["lora_max_ranks"] = tuple(fields["lora_max_ranks"])

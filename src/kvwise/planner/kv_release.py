@@ -17,8 +17,17 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
-def for_release(model: ModelSpec, version: str) -> ModelSpec:
+def for_release(model: ModelSpec, version: str, engine: str = "V1") -> ModelSpec:
     """The model as `version` caches it; refuse layouts kvwise does not model on that release."""
+    if model.vision is not None and engine == "V0":
+        # V0's profile run (worker/model_runner.py:profile_run) builds dummy multimodal data
+        # (MULTIMODAL_REGISTRY.dummy_data_for_profiling), caps max_num_seqs at MNBT // the
+        # largest item's tokens and runs the encoder inside the forward: its activation is
+        # sized by nothing in kvwise (the V1 allowance is a fit on a V1 release)
+        raise UnsupportedModelError(
+            f"{model.model_id} on vLLM {version} (V0 engine): not modelled: the vision "
+            "encoder's share of V0's multimodal profile run"
+        )
     if model.mla is not None and _release(version) < FIRST_MLA_RELEASE:
         return replace(model, mla=replace(model.mla, has_latent_cache=False))
     if model.mamba is not None and _release(version)[:2] < FIRST_MAMBA_RELEASE:

@@ -14,6 +14,7 @@ from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
 from kvwise.core.weights import weight_bytes_per_rank
 from kvwise.planner.defaults import VersionRules, quant_for
+from kvwise.planner.moe_memory import moe_profile_bytes
 from kvwise.planner.result import ResolvedFlags
 
 # --- activation peak of the profile run -------------------------------------------------------
@@ -38,8 +39,8 @@ V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [
 # 128,256 with an 8192-token forward of 0.84 GiB; sampler.py:_apply_top_k_top_p keeps ~40-48
 # bytes alive). With chunked prefill no sampler peak shows (vllm#10517 at 35k: 0.06 GiB;
 # vllm#13061 at 131k: 0.19 GiB for a 0.14 GiB forward), so none is charged.
-# MoE: the fused-MoE kernel's intermediate caches for max_num_batched_tokens x top-k rows
-# (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 GiB for its dense-equivalent shapes).
+# MoE: the fused-MoE layer's buffers (planner/moe_memory.py): the persistent workspace adds to
+# the peak, the kernel's own per-call buffers only compete with the sampler.
 
 # --- non-torch memory charged to the budget ------------------------------------------------------
 # Per-instance accounting (V0 0.4-0.6.3 and 0.6.5+, V1 0.9.1+): V1 "non-torch forward increase"
@@ -84,7 +85,11 @@ CUDA_CONTEXT_BYTES = int(0.5 * GIB)
 GRAPH_FIXED_BYTES = 0.166 * GIB
 GRAPH_PER_1K_HIDDEN_BYTES = 0.185 * GIB
 REFERENCE_NUM_GRAPHS = 102
-MOE_GRAPH_EXTRA_BYTES = 0.9 * GIB  # Qwen3-30B-A3B 1.41 GiB vs 0.54 for its dense shapes
+# MoE: Qwen3-30B-A3B 1.41 GiB vs 0.54 for its dense shapes (102 graphs). Charged once, not per
+# graph: gpt-oss-20b (0.19, 166 graphs from GptOssForCausalLMConfig's capture list) logs 1.84 GiB,
+# 2.04 predicted this way and 2.60 if the extra grew with the count. How it depends on the count
+# and on the largest captured batch is not modelled (two logs, in-sample).
+MOE_GRAPH_EXTRA_BYTES = 0.9 * GIB
 # Vision encoders are profiled with dummy images too: gemma-3-27b-it logs 3.99 GiB of activation
 # where its text shapes give 3.70.
 VISION_PROFILE_BYTES = 0.3 * GIB
@@ -95,7 +100,33 @@ GRAPH_ESTIMATE_FRACTION = 0.8
 # what is left outside the budget (gpt-oss-20b at 0.95 on H100 failed with 1.6 GiB left for a
 # 1024 x 201,088 logit warm-up; gemma-3-27b started with 2.3 GiB left for 1024 x 262,208).
 # Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile.
+# Model Runner V2's warm-up transient is read from source (below); the same 9/14 share of it is
+# taken to need room outside the budget (no V2 warm-up log has been available to check it).
 WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
+# Model Runner V2 (0.22+) samples with its own Sampler (vllm/v1/worker/gpu/sample/sampler.py), read
+# from source: the [rows, vocab] tensors alive at its peak are named per release in the rules
+# (`v2_profile_sampler_tensors`, `v2_warmup_sampler_tensors`); bytes per logit of each (None: the
+# model's dtype). "logits": compute_logits' output in the model dtype; "fp32_copy":
+# apply_sampling_params' torch.empty_like(logits, dtype=float32).copy_(logits); "logits_clone"
+# (0.26): logits.clone() kept for raw logprobs; with top-k and top-p both set (the warm-up),
+# flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits holds
+# "flashinfer_masked_logits" (top_k_mask_logits' copy) and "flashinfer_probs" (its softmax), both
+# fp32, and 0.26 first casts the logits to fp32 ("flashinfer_fp32_cast"). Everything else
+# (penalties, bias, bad words, gumbel_sample's [rows, vocab / 1024] maxima,
+# compute_token_logprobs) works in place or per row.
+V2_SAMPLER_TENSOR_BYTES: dict[str, int | None] = {
+    "logits": None,
+    "fp32_copy": 4,
+    "logits_clone": None,
+    "flashinfer_fp32_cast": 4,
+    "flashinfer_masked_logits": 4,
+    "flashinfer_probs": 4,
+}
+# Without FlashInfer, apply_top_k_top_p_triton (batch >= 8) caches an fp32 [p, vocab] buffer with
+# p = min(next power of 2 of min(num SMs, rows), num SMs); the SM count is not in the GPU catalog:
+# 128 (RTX 4090; H100 SXM has 132, A100 108, L4 58) is assumed.
+TRITON_TOPK_MIN_ROWS = 8
+ASSUMED_NUM_SMS = 128
 
 
 def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
@@ -121,25 +152,18 @@ def _sampler_rows(resolved: ResolvedFlags) -> int:
     return min(resolved.max_num_seqs, resolved.max_num_batched_tokens)
 
 
-def _moe_workspace_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
-    moe = model.moe
-    if moe is None:
-        return 0.0
-    rows = resolved.max_num_batched_tokens * moe.num_experts_per_tok
-    inter = moe.expert_intermediate_size / resolved.tensor_parallel_size
-    # gate/up output (2 x intermediate), activation output, down output (hidden) per routed row
-    return rows * (3 * inter + model.hidden_size) * runtime_dtype_bytes(resolved)
-
-
 def _mlp_transient_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
     inter = model.intermediate_size / resolved.tensor_parallel_size
     # gate/up output [MNBT, 2 x I] and the activation output [MNBT, I]
     return resolved.max_num_batched_tokens * 3 * inter * runtime_dtype_bytes(resolved)
 
 
-def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+def activation_bytes(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> int:
     """Transient peak of the profile run above what stays allocated ("torch peak increase")."""
     dtype_bytes = runtime_dtype_bytes(resolved)
+    moe = moe_profile_bytes(model, gpu, resolved, rules)
     tokens = resolved.max_num_batched_tokens
     logits = _sampler_rows(resolved) * model.vocab_size
     if rules.engine == "V0":
@@ -147,14 +171,15 @@ def activation_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRu
         mlp_in = (2 if model.gated_mlp else 1) * inter  # gate_up (or up) projection output
         forward = tokens * (mlp_in + inter + 3 * model.hidden_size) * dtype_bytes
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
-        return int(max(forward, sampler) + _moe_workspace_bytes(model, resolved))
+        return int(max(forward, sampler, moe.transient) + moe.persistent)
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
-    sampler = rules.sampler_bytes_per_logit * logits
-    peak = max(sampler, _mlp_transient_bytes(model, resolved))
+    if uses_v2_runner(model, rules):
+        sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
+    else:
+        sampler = rules.sampler_bytes_per_logit * logits
+    peak = max(sampler, _mlp_transient_bytes(model, resolved), moe.transient)
     vision = VISION_PROFILE_BYTES if model.vision else 0.0
-    return int(
-        V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + _moe_workspace_bytes(model, resolved)
-    )
+    return int(V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + moe.persistent)
 
 
 def uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
@@ -195,15 +220,42 @@ def custom_all_reduce_bytes(gpu: GpuSpec, tp: int) -> int:
     return CUSTOM_ALL_REDUCE_BYTES
 
 
-def _multi_gpu_bytes(gpu: GpuSpec, tp: int) -> int:
+def _multi_gpu_bytes(gpu: GpuSpec, tp: int, rules: VersionRules) -> int:
     if tp == 1:
         return 0
     is_nvswitch_hopper = (
         gpu.interconnect_bytes_s >= NVSWITCH_MIN_BYTES_S and float(gpu.compute_capability) >= 9.0
     )
     if is_nvswitch_hopper:
-        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure, custom all-reduce included
+        return NVLS_EXTRA_BYTES  # the 0.19 sweep's figure: allocated after the snapshot
+    if rules.distributed_init_before_snapshot:
+        return 0  # 0.11+: the custom all-reduce is set up before the snapshot, outside the budget
     return custom_all_reduce_bytes(gpu, tp)
+
+
+NCCL_INIT_NOT_MODELLED = (
+    "NCCL communicator memory set up before vLLM's memory snapshot (0.11+, "
+    "init_worker_distributed_environment): it lowers the free memory at the start-up check and "
+    "the room for CUDA graphs and the sampler warm-up, outside the budget"
+)
+
+
+def setup_not_modelled(resolved: ResolvedFlags, rules: VersionRules) -> tuple[str, ...]:
+    """Parts of this set-up's start-up memory kvwise does not size."""
+    is_multi_gpu = resolved.tensor_parallel_size * resolved.pipeline_parallel_size > 1
+    if is_multi_gpu and rules.distributed_init_before_snapshot:
+        return (NCCL_INIT_NOT_MODELLED,)
+    return ()
+
+
+def before_snapshot_bytes(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """Device memory vLLM 0.11+ takes between the CUDA context and its memory snapshot
+    (init_worker_distributed_environment): it lowers "free" at the start-up check and the room
+    outside the budget, and is not charged to the budget. Only the custom all-reduce's buffers
+    are counted; NCCL's communicator memory is named as not modelled."""
+    if not rules.distributed_init_before_snapshot:
+        return 0
+    return custom_all_reduce_bytes(gpu, resolved.tensor_parallel_size)
 
 
 def non_torch_bytes(
@@ -216,16 +268,26 @@ def non_torch_bytes(
         charged = GLOBAL_NON_TORCH_BYTES + others
     else:
         charged = NON_TORCH_BYTES
-    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size)
+    charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size, rules)
     if uses_v2_runner(model, rules):
         charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
     return charged
 
 
-def capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
+def _gpt_oss_capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
+    # GptOssForCausalLMConfig (0.10.1+): [1, 2, 4] + steps of 8 below 256 + steps of 16 up to
+    # its largest size, which only max_num_batched_tokens caps (config/vllm.py)
+    max_cap = min(rules.gpt_oss_max_capture_size, resolved.max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, rules.gpt_oss_max_capture_size + 1, 16)]
+    return [s for s in sizes if s <= max_cap]
+
+
+def capture_sizes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
     """Batch sizes vLLM captures CUDA graphs for (empty with --enforce-eager)."""
     if resolved.enforce_eager:
         return []
+    if model.architecture == "GptOssForCausalLM" and rules.gpt_oss_max_capture_size:
+        return _gpt_oss_capture_sizes(resolved, rules)
     if rules.cuda_graph_sizes == "v0":
         # V0: [1, 2, 4] + multiples of 8 up to the smallest candidate >= max_num_seqs (256 max)
         limit = min(256, -(-resolved.max_num_seqs // 8) * 8) if resolved.max_num_seqs > 4 else 4
@@ -241,8 +303,8 @@ def capture_sizes(resolved: ResolvedFlags, rules: VersionRules) -> list[int]:
     return [s for s in sizes if s <= max_cap]
 
 
-def num_graphs(resolved: ResolvedFlags, rules: VersionRules) -> int:
-    sizes = capture_sizes(resolved, rules)
+def num_graphs(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    sizes = capture_sizes(model, resolved, rules)
     if rules.cudagraph_mode == "piecewise":
         return len(sizes)
     # FULL_AND_PIECEWISE: a piecewise graph per size and a full graph per uniform-decode size
@@ -251,15 +313,57 @@ def num_graphs(resolved: ResolvedFlags, rules: VersionRules) -> int:
 
 def cuda_graph_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
     """Memory the graph pool takes when captured (0 with --enforce-eager)."""
-    count = num_graphs(resolved, rules)
+    count = num_graphs(model, resolved, rules)
     if count == 0:
         return 0
     per_hidden = GRAPH_PER_1K_HIDDEN_BYTES * model.hidden_size / 1000
-    moe = MOE_GRAPH_EXTRA_BYTES if model.moe else 0.0
-    return int((GRAPH_FIXED_BYTES + per_hidden + moe) * count / REFERENCE_NUM_GRAPHS)
+    moe = MOE_GRAPH_EXTRA_BYTES if model.moe else 0.0  # once, whatever the count (see above)
+    return int((GRAPH_FIXED_BYTES + per_hidden) * count / REFERENCE_NUM_GRAPHS + moe)
 
 
-def warmup_bytes(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+def _v2_bytes_per_logit(tensors: tuple[str, ...], dtype_bytes: int) -> int:
+    sizes = (V2_SAMPLER_TENSOR_BYTES[name] for name in tensors)
+    return sum(dtype_bytes if size is None else size for size in sizes)
+
+
+def _has_flashinfer_sampler(gpu: GpuSpec) -> bool:
+    # v1/sample/ops/topk_topp_sampler.py:flashinfer_sampler_supported: CUDA, capability 7.5-12.1
+    return not gpu.is_rocm and 7.5 <= float(gpu.compute_capability) <= 12.1
+
+
+def _v2_warmup_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    num_gpu_blocks: int,
+) -> int:
+    # warmup_kernels: min(max_num_seqs, MNBT // prompt_len 2, (blocks - 1) // blocks per request)
+    rows = min(
+        resolved.max_num_seqs, resolved.max_num_batched_tokens // 2, max(1, num_gpu_blocks - 1)
+    )
+    tensors = rules.v2_warmup_sampler_tensors
+    if not _has_flashinfer_sampler(gpu):
+        tensors = tuple(t for t in tensors if not t.startswith("flashinfer_"))
+    per_logit = _v2_bytes_per_logit(tensors, runtime_dtype_bytes(resolved))
+    triton_rows = 0
+    if not any(t.startswith("flashinfer_") for t in tensors) and rows >= TRITON_TOPK_MIN_ROWS:
+        # apply_top_k_top_p_triton's per-program buffer, first allocated here and kept
+        triton_rows = min(1 << (min(rows, ASSUMED_NUM_SMS) - 1).bit_length(), ASSUMED_NUM_SMS)
+    # the same share of the transient as the V1 runner's warm-up needs outside the budget
+    transient = WARMUP_SHARE_OF_SAMPLER * per_logit * rows * model.vocab_size
+    return int(transient + 4 * triton_rows * model.vocab_size)
+
+
+def warmup_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    num_gpu_blocks: int,
+) -> int:
     """Transient the sampler warm-up needs after the KV pool is allocated."""
+    if uses_v2_runner(model, rules):
+        return _v2_warmup_bytes(model, gpu, resolved, rules, num_gpu_blocks)
     per_logit = WARMUP_SHARE_OF_SAMPLER * rules.sampler_bytes_per_logit
     return int(per_logit * _sampler_rows(resolved) * model.vocab_size)

@@ -55,22 +55,22 @@ def _non_kv(
     return _NonKv(
         # LoRA slots are allocated inside load_model: vLLM logs them as weights
         weights=memory.weights_bytes(model, resolved) + lora_bytes(model, flags, resolved, rules),
-        activation=memory.activation_bytes(model, resolved, rules),
+        activation=memory.activation_bytes(model, gpu, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
         graphs_in_budget=in_budget_bytes,
     )
 
 
-def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None) -> int:
+def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None, before_snapshot: int) -> int:
     """Free memory in vLLM's start-up snapshot (MemorySnapshot / init_gpu_memory), taken after
-    its own CUDA context exists. A figure vLLM printed itself ("Free memory on device (X/Y GiB)
-    on startup") already excludes that context; NVML's free figure, read before vLLM runs, and an
-    empty card do not."""
+    its own CUDA context exists (and, 0.11+, after the distributed set-up: `before_snapshot`).
+    A figure vLLM printed itself ("Free memory on device (X/Y GiB) on startup") already excludes
+    both; NVML's free figure, read before vLLM runs, and an empty card do not."""
     if startup_free_bytes is not None:
         return startup_free_bytes
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
-    return free - memory.CUDA_CONTEXT_BYTES
+    return free - memory.CUDA_CONTEXT_BYTES - before_snapshot
 
 
 def _available_kv(budget: int, parts: _NonKv, resolved: ResolvedFlags) -> int:
@@ -157,7 +157,7 @@ def _startup_error(
     graph_excess = parts.graphs_actual - parts.graphs_in_budget
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
-    warmup = memory.warmup_bytes(model, resolved, rules)
+    warmup = memory.warmup_bytes(model, gpu, resolved, rules, kv.num_gpu_blocks)
     if rules.engine == "V1" and warmup > outside - graph_excess:
         return errors_text.sampler_warmup_oom(resolved)
     return None
@@ -180,7 +180,7 @@ def plan(
     less the context, or the whole card less the context.
     """
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
-    model = for_release(model, rules.version)
+    model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
     parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
@@ -196,7 +196,8 @@ def plan(
     available = _available_kv(budget, parts, resolved)
     resolved = _resolve_auto_len(resolved, layout, available)
     kv = _capacity(layout, available, resolved, rules)
-    free = _free_at_init(gpu, startup_free_bytes)
+    before_snapshot = memory.before_snapshot_bytes(gpu, resolved, rules)
+    free = _free_at_init(gpu, startup_free_bytes, before_snapshot)
     error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
@@ -212,6 +213,7 @@ def plan(
         kv_cache_bytes=max(available, 0),
         cuda_graph_in_budget=memory.graph_estimate_in_budget(model, rules),
         peak_device_bytes=memory.CUDA_CONTEXT_BYTES
+        + before_snapshot
         + budget
         + parts.graphs_actual
         - parts.graphs_in_budget,
@@ -228,5 +230,6 @@ def plan(
         error=error,
         host_ram_bytes=host,
         warnings=(),
+        setup_not_modelled=memory.setup_not_modelled(resolved, rules),
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

@@ -92,6 +92,7 @@ class Plan:
     error: PlanError | None
     host_ram_bytes: int
     warnings: tuple[str, ...]
+    setup_not_modelled: tuple[str, ...] = ()  # parts of this set-up (not the model) not sized
 
     @property
     def starts(self) -> bool:
@@ -101,7 +102,7 @@ class Plan:
     def not_modelled(self) -> tuple[str, ...]:
         """Parts of vLLM's memory for this plan that kvwise does not model, each named exactly;
         the figures above stand without them (a part that would dominate is refused instead)."""
-        return self.model.not_modelled
+        return self.model.not_modelled + self.setup_not_modelled
 
     def to_json(self) -> dict[str, Any]:
         """The brief's JSON contract (GiB at the edge, rounded to 3 decimals)."""
