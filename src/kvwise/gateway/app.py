@@ -44,7 +44,9 @@ from kvwise.gateway.security import (
     tenant_of_key,
 )
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
+from kvwise.gateway.status import StatusBoard
 from kvwise.gateway.tokens import load_tokenizer
+from kvwise.gateway.ui import asset, page
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
 
 log = logging.getLogger("kvwise.gateway")
@@ -344,6 +346,9 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
+        Route("/kvwise/status", StatusBoard(gateway).endpoint, methods=["GET"]),
+        Route("/ui", page, methods=["GET"]),
+        Route("/ui/{name}", asset, methods=["GET"]),
     ]
 
     async def on_error(request: Request, exc: Exception) -> Response:
