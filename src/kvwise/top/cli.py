@@ -66,7 +66,9 @@ def _print_once(status: dict[str, object], args: argparse.Namespace) -> int:
     return 1 if status.get("unreachable") else 0
 
 
-def _live(client: httpx.Client, sources: list[Source], headers: dict[str, str], interval_s: float) -> int:
+def _live(
+    client: httpx.Client, sources: list[Source], headers: dict[str, str], interval_s: float
+) -> int:
     from rich.console import Console
     from rich.live import Live
 

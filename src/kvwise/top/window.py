@@ -2,8 +2,9 @@
 
 Gauges (KV use, running, waiting) are the latest scrape's; rates (preemptions per minute,
 tokens/s) and TTFT/TPOT percentiles come from the difference between the latest scrape and the
-oldest one still inside the window. Metric names are vLLM's (vllm/v1/metrics/loggers.py), newest
-first where a release renamed them; counters and gauges are read by bench's `server_metrics`.
+oldest one still inside the window. Metric names are vLLM's (vllm/v1/metrics/loggers.py at
+v0.32.0; `time_per_output_token_seconds` is the older releases' TPOT), newest first where a
+release renamed them; counters and gauges are parsed by bench's `server_metrics`.
 """
 
 from __future__ import annotations
@@ -82,10 +83,15 @@ class EngineWindow:
         span_s = last.at_s - first.at_s
         rates: dict[str, Any] = {"window_s": round(span_s, 1)}
         preempted = _counter_delta(first.snapshot, last.snapshot, PREEMPTIONS)
-        tokens = sum(_counter_delta(first.snapshot, last.snapshot, (n,)) or 0 for n in TOKENS)
+        counted = [_counter_delta(first.snapshot, last.snapshot, (n,)) for n in TOKENS]
+        tokens = (
+            sum(c for c in counted if c is not None)
+            if any(c is not None for c in counted)
+            else None
+        )
         rates["num_preemptions_total"] = _int(last.snapshot.figure(PREEMPTIONS))
         rates["preemptions_per_min"] = _per(preempted, span_s, 60.0)
-        rates["tokens_per_s"] = _per(tokens if span_s > 0 else None, span_s, 1.0)
+        rates["tokens_per_s"] = _per(tokens, span_s, 1.0)
         for key, names in (("ttft", TTFT), ("tpot", TPOT)):
             window = _window_buckets(first, last, names)
             for label, q in (("p50", 0.5), ("p99", 0.99)):
