@@ -104,34 +104,33 @@ def test_rejections_show_as_a_429_rate() -> None:
 
 def test_the_status_and_the_page_need_the_admin_key_when_keys_are_set() -> None:
     security = SecurityConfig(api_keys=("sk-user",), admin_keys=("sk-admin",))
-    with metered_upstream() as (url, _):
-        with running_gateway(make_config([url], security=security)) as gw:
-            for path in ("/kvwise/status", "/ui", "/ui/ui.js"):
-                anonymous = httpx.get(f"{gw.url}{path}")
-                assert anonymous.status_code == 401
-                assert anonymous.headers["www-authenticate"].startswith("Basic")  # the login box
-                user = httpx.get(f"{gw.url}{path}", headers={"authorization": "Bearer sk-user"})
-                assert user.status_code == 401  # an API key is not an admin key
-            admin = {"authorization": "Bearer sk-admin"}
-            assert _status(gw.url, headers=admin)["replicas"][0]["name"] == "r0"
-            basic = base64.b64encode(b"me:sk-admin").decode()
-            page = httpx.get(f"{gw.url}/ui", headers={"authorization": f"Basic {basic}"})
-            assert page.status_code == 200  # a browser sends the key typed in its login box
-            assert '<script src="/ui/ui.js"' in page.text
+    with (
+        metered_upstream() as (url, _),
+        running_gateway(make_config([url], security=security)) as gw,
+    ):
+        for path in ("/kvwise/status", "/ui", "/ui/ui.js"):
+            anonymous = httpx.get(f"{gw.url}{path}")
+            assert anonymous.status_code == 401
+            assert anonymous.headers["www-authenticate"].startswith("Basic")  # the login box
+            user = httpx.get(f"{gw.url}{path}", headers={"authorization": "Bearer sk-user"})
+            assert user.status_code == 401  # an API key is not an admin key
+        admin = {"authorization": "Bearer sk-admin"}
+        assert _status(gw.url, headers=admin)["replicas"][0]["name"] == "r0"
+        basic = base64.b64encode(b"me:sk-admin").decode()
+        page = httpx.get(f"{gw.url}/ui", headers={"authorization": f"Basic {basic}"})
+        assert page.status_code == 200  # a browser sends the key typed in its login box
+        assert '<script src="/ui/ui.js"' in page.text
 
 
 def test_the_page_is_self_contained_and_small() -> None:
-    with metered_upstream() as (url, _):
-        with running_gateway(make_config([url])) as gw:
-            total_bytes = 0
-            for path in ("/ui", "/ui/ui.js", "/ui/ui.css"):
-                response = httpx.get(f"{gw.url}{path}")
-                assert response.status_code == 200
-                # nothing loaded from elsewhere (the SVG namespace URI is a name, not a load)
-                assert not re.search(
-                    r"(src|href)=[\"']?https?:|@import|fetch\(\"http", response.text
-                )
-                assert response.headers["content-security-policy"].startswith("default-src 'self'")
-                total_bytes += len(response.content)
-            assert total_bytes < 20_000
-            assert httpx.get(f"{gw.url}/ui/other.js").status_code == 404
+    with metered_upstream() as (url, _), running_gateway(make_config([url])) as gw:
+        total_bytes = 0
+        for path in ("/ui", "/ui/ui.js", "/ui/ui.css"):
+            response = httpx.get(f"{gw.url}{path}")
+            assert response.status_code == 200
+            # nothing loaded from elsewhere (the SVG namespace URI is a name, not a load)
+            assert not re.search(r"(src|href)=[\"']?https?:|@import|fetch\(\"http", response.text)
+            assert response.headers["content-security-policy"].startswith("default-src 'self'")
+            total_bytes += len(response.content)
+        assert total_bytes < 20_000
+        assert httpx.get(f"{gw.url}/ui/other.js").status_code == 404
