@@ -62,29 +62,31 @@ def test_kv_use_and_the_plan_line_are_the_engines_own_figures() -> None:
 
 
 def test_queue_depth_rises_under_load_and_falls_when_it_drains() -> None:
-    with metered_upstream(Behaviour(ttft_s=2.0)) as (url, _):
-        with running_gateway(make_config([url], budget_tokens=1_000)) as gw:
-            assert _status(gw.url)["gateway"]["queue_depth"] == 0
-            results: list[int] = []
-            threads = _send(gw.url, 8, results)  # ~300 KV tokens each: 3 fit in 1,000
+    with (
+        metered_upstream(Behaviour(ttft_s=2.0)) as (url, _),
+        running_gateway(make_config([url], budget_tokens=1_000)) as gw,
+    ):
+        assert _status(gw.url)["gateway"]["queue_depth"] == 0
+        results: list[int] = []
+        threads = _send(gw.url, 8, results)  # ~300 KV tokens each: 3 fit in 1,000
 
-            def queued() -> int:
-                time.sleep(1.05)
-                return int(_status(gw.url)["gateway"]["queue_depth"])
+        def queued() -> int:
+            time.sleep(1.05)
+            return int(_status(gw.url)["gateway"]["queue_depth"])
 
-            assert wait_until(lambda: queued() >= 3, timeout_s=10)
-            status = _status(gw.url)["gateway"]
-            assert 0 < status["reserved_tokens"] <= status["budget_tokens"] == 1_000
-            assert status["top_queued_flows"][0]["queued_tokens"] >= 300
-            for thread in threads:
-                thread.join()
-            assert results == [200] * 8
-            assert wait_until(lambda: queued() == 0, timeout_s=10)
-            final = _status(gw.url)["gateway"]
-            assert final["num_admitted"] == 8 and final["num_queued"] >= 3
-            # every request waited the upstream's 2 s for its first token (more when queued);
-            # the histogram's buckets around it are (1, 2.5] and (2.5, 5] s
-            assert final["ttft_p50_ms"] is not None and final["ttft_p50_ms"] > 1_000
+        assert wait_until(lambda: queued() >= 3, timeout_s=10)
+        status = _status(gw.url)["gateway"]
+        assert 0 < status["reserved_tokens"] <= status["budget_tokens"] == 1_000
+        assert status["top_queued_flows"][0]["queued_tokens"] >= 300
+        for thread in threads:
+            thread.join()
+        assert results == [200] * 8
+        assert wait_until(lambda: queued() == 0, timeout_s=10)
+        final = _status(gw.url)["gateway"]
+        assert final["num_admitted"] == 8 and final["num_queued"] >= 3
+        # every request waited the upstream's 2 s for its first token (more when queued);
+        # the histogram's buckets around it are (1, 2.5] and (2.5, 5] s
+        assert final["ttft_p50_ms"] is not None and final["ttft_p50_ms"] > 1_000
 
 
 def test_rejections_show_as_a_429_rate() -> None:
