@@ -72,22 +72,29 @@ def _gateway(g: dict[str, Any]) -> Table:
 
 
 def _replicas(replicas: list[dict[str, Any]]) -> Table:
+    """A column per replica, a row per figure: fits an 80-column terminal for a few replicas."""
     table = Table(title="replicas", title_justify="left")
-    for column in ("replica", "KV used / pool", "KV %", "planned", "run", "wait", "preempt/min",
-                   "TTFT p50/p99 ms", "TPOT p50/p99 ms", "tok/s"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "replica" else "right")
+    table.add_column("")
     for r in replicas:
         name = r["name"] if r.get("healthy", True) else f"{r['name']} (down)"
-        table.add_row(
-            name,
-            f"{_n(r.get('kv_used_tokens'))} / {_n(r.get('kv_pool_tokens'))}",
-            _n(r.get("kv_usage_pct"), 1),
-            _n(r.get("planned_pool_tokens")),
-            _n(r.get("num_requests_running")),
-            _n(r.get("num_requests_waiting")),
-            _n(r.get("preemptions_per_min"), 1),
-            _pair_ms(r.get("ttft_p50_ms"), r.get("ttft_p99_ms")),
-            _pair_ms(r.get("tpot_p50_ms"), r.get("tpot_p99_ms")),
-            _n(r.get("tokens_per_s"), 1),
-        )
+        table.add_column(name, justify="right", overflow="fold")
+    rows: tuple[tuple[str, Any], ...] = (
+        (
+            "KV used / pool",
+            lambda r: f"{_n(r.get('kv_used_tokens'))} / {_n(r.get('kv_pool_tokens'))}",
+        ),
+        ("KV used %", lambda r: _n(r.get("kv_usage_pct"), 1)),
+        ("planned pool", lambda r: _n(r.get("planned_pool_tokens"))),
+        (
+            "running / waiting",
+            lambda r: f"{_n(r.get('num_requests_running'))} / {_n(r.get('num_requests_waiting'))}",
+        ),
+        ("preemptions/min", lambda r: _n(r.get("preemptions_per_min"), 1)),
+        ("TTFT p50 / p99 ms", lambda r: _pair_ms(r.get("ttft_p50_ms"), r.get("ttft_p99_ms"))),
+        ("TPOT p50 / p99 ms", lambda r: _pair_ms(r.get("tpot_p50_ms"), r.get("tpot_p99_ms"))),
+        ("tokens/s", lambda r: _n(r.get("tokens_per_s"), 1)),
+        ("over the last", lambda r: f"{_n(r.get('window_s'), 1)} s"),
+    )
+    for label, value in rows:
+        table.add_row(label, *(value(r) for r in replicas))
     return table
