@@ -5,7 +5,8 @@ const CHARTS = [
   {title: "KV tokens: engine use vs planned pool", unit: "tokens", series: [
     ["kv_used_tokens", "engine KV used", "#2a7ae2"],
     ["reserved_tokens", "gateway reserved", "#8e44ad"],
-    ["planned_pool_tokens", "planned pool", "#c0392b", true]]},
+    ["planned_pool_tokens", "planned pool", "#c0392b", true],
+    ["kv_pool_tokens", "engine pool", "#7f8c8d", true]]},
   {title: "Queue depth", unit: "requests", series: [["queue_depth", "queued", "#16a085"]]},
   {title: "TTFT at the gateway (last minute)", unit: "ms", series: [
     ["ttft_p50_ms", "p50", "#2a7ae2"], ["ttft_p99_ms", "p99", "#e67e22"]]},
@@ -128,7 +129,7 @@ function show(status) {
 
 async function poll() {
   try {
-    const response = await fetch("/kvwise/status", {credentials: "same-origin", cache: "no-store"});
+    const response = await fetch(new URL("/kvwise/status", location.origin), {credentials: "same-origin", cache: "no-store"});
     if (!response.ok) throw new Error(`/kvwise/status answered ${response.status}`);
     show(await response.json());
   } catch (err) {
