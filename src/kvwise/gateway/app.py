@@ -1,7 +1,8 @@
 """The gateway process: its state (`Gateway`), its health loop, and the ASGI app.
 
 Routes: POST /v1/chat/completions and /v1/completions (KV admission, streaming relay, failover),
-GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json.
+GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json,
+/kvwise/status and /ui (the live view, admin keys as for /metrics).
 API keys guard the /v1 routes; /health says up or down to anyone and details to admin keys;
 /metrics is open, as on vLLM itself, unless admin keys are configured.
 """

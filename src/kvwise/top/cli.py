@@ -21,7 +21,7 @@ from kvwise.top.sources import Source, detect, poll
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvwise top", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"default: {DEFAULT_URL}")
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.interval <= 0:
         raise UsageError("--interval must be > 0 seconds")
     if args.json and not args.once:
