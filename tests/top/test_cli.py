@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
+from rich.console import Console
 
 from kvwise.cli import main
 from kvwise.gateway.config import SecurityConfig
+from kvwise.top.render import view
+from kvwise.top.sources import Source, poll
 from tests.engine_fixture import free_port
 from tests.gateway.servers import make_config, running_gateway
 from tests.top.metered import engine_text, metered_upstream
@@ -73,3 +77,15 @@ def test_the_terminal_view_names_the_figures(capsys: pytest.CaptureFixture[str])
         assert main(["top", gw.url, "--once"]) == 0
     out = capsys.readouterr().out
     assert "16,000 / 40,000" in out and "queue depth" in out and "kvwise calibrate" in out
+
+
+def test_a_gateway_gone_mid_run_is_a_line_in_the_view_not_a_crash() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with httpx.Client() as client:
+        status = poll(client, [Source(url, is_gateway=True)], {})
+    assert status["source"] == "gateway" and status["replicas"] == []
+    (line,) = status["unreachable"]
+    assert url in line and "retrying" in line
+    console = Console(width=80, record=True)
+    console.print(view(status, 1.0))
+    assert "unreachable" in console.export_text()

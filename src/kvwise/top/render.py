@@ -34,7 +34,8 @@ def view(status: dict[str, Any], interval_s: float) -> RenderableType:
     parts += [Text(f"plan vs live: {line}", style="yellow") for line in status["departures"]]
     if status.get("gateway"):
         parts.append(_gateway(status["gateway"]))
-    parts.append(_replicas(status["replicas"]))
+    if status["replicas"]:
+        parts.append(_replicas(status["replicas"]))
     memory = (status.get("host") or {}).get("memory")
     parts.append(
         Text(

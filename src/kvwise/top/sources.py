@@ -76,7 +76,7 @@ def poll(client: httpx.Client, sources: list[Source], headers: dict[str, str]) -
         except (Unreachable, ValueError) as exc:
             unreachable.append(f"{exc}; retrying")
     return {
-        "source": "gateway" if gateway is not None else "engines",
+        "source": "gateway" if any(s.is_gateway for s in sources) else "engines",
         "time_s": round(time.time(), 3),
         "replicas": replicas,
         "gateway": gateway,
