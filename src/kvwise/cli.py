@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("kvwise.gateway.cli", "OpenAI-compatible gateway with KV-token admission control"),
     "bench": ("kvwise.bench.cli", "multi-turn load against any OpenAI-compatible endpoint"),
     "calibrate": ("kvwise.bench.calibrate_cli", "fit the step-time model from bench results"),
+    "top": ("kvwise.top.cli", "live view of a gateway or vLLM engines: KV use, queue, latency"),
     "doctor": ("kvwise.doctor.cli", "explain a vLLM start-up log or traceback"),
     "deploy": ("kvwise.deploy.cli", "Kubernetes, Helm or Ray files with the planned flags"),
     "models": ("kvwise.core.catalog_cli", "list the offline model catalog"),
@@ -35,6 +36,7 @@ EXTRAS: dict[str, tuple[str, frozenset[str]]] = {
     "serve": ("serve", _SERVE_MODULES),
     "bench": ("serve", _SERVE_MODULES),
     "calibrate": ("serve", _SERVE_MODULES),
+    "top": ("serve", _SERVE_MODULES),
 }
 
 

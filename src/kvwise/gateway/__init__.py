@@ -27,6 +27,8 @@ How a request flows, module by module:
       internal_error  the gateway's own failures: a counted, logged 500 with a request id
     app         the Gateway state, health loop, routes; metrics: Prometheus exposition;
                 openapi: the request schemas as an OpenAPI document
+    status      GET /kvwise/status: the live figures `kvwise top` and the page share (docs/top.md)
+    ui          GET /ui: the live page (assets/ shipped in the package)
     launcher    vLLM replicas: ports, GPU groups, logs, readiness, restart with back-off
     discovery   limits from flags, the plan, or the running engine; demo: SmolLM2 on CPU
     startup_summary  what `kvwise serve` prints at start

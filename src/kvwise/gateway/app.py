@@ -1,7 +1,8 @@
 """The gateway process: its state (`Gateway`), its health loop, and the ASGI app.
 
 Routes: POST /v1/chat/completions and /v1/completions (KV admission, streaming relay, failover),
-GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json.
+GET /v1/models (from a healthy replica), /health, /metrics (Prometheus), /openapi.json,
+/kvwise/status and /ui (the live view, admin keys as for /metrics).
 API keys guard the /v1 routes; /health says up or down to anyone and details to admin keys;
 /metrics is open, as on vLLM itself, unless admin keys are configured.
 """
@@ -44,7 +45,9 @@ from kvwise.gateway.security import (
     tenant_of_key,
 )
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
+from kvwise.gateway.status import StatusBoard
 from kvwise.gateway.tokens import load_tokenizer
+from kvwise.gateway.ui import asset, page
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
 
 log = logging.getLogger("kvwise.gateway")
@@ -344,6 +347,9 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         Route("/health", _health, methods=["GET"]),
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
+        Route("/kvwise/status", StatusBoard(gateway).endpoint, methods=["GET"]),
+        Route("/ui", page, methods=["GET"]),
+        Route("/ui/{name}", asset, methods=["GET"]),
     ]
 
     async def on_error(request: Request, exc: Exception) -> Response:
