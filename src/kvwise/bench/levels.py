@@ -13,9 +13,9 @@ from kvwise.bench.driver import Target, run_workload
 from kvwise.bench.prompts import SegmentTexts
 from kvwise.bench.records import RequestRecord
 from kvwise.bench.results import RunResult, ServerInfo
-from kvwise.bench.server_metrics import GaugeSampler, scrape, server_report
 from kvwise.bench.summary import summarize
 from kvwise.errors import UpstreamError, UsageError
+from kvwise.live.metrics import GaugeSampler, scrape, server_report
 from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload
 
 METRICS_SETTLE_S = 0.3  # vLLM's API server folds the last step's stats in just after the answer

@@ -26,10 +26,10 @@ from starlette.responses import JSONResponse, Response
 
 from kvwise.gateway.asgi import HttpError, Scope
 from kvwise.gateway.metrics import Histogram
-from kvwise.top import histograms
-from kvwise.top.host import host_memory
-from kvwise.top.plan_check import departures
-from kvwise.top.window import WINDOW_S, EngineWindow, parse_sample
+from kvwise.live import histograms
+from kvwise.live.host import host_memory
+from kvwise.live.plan_check import departures
+from kvwise.live.window import WINDOW_S, EngineWindow, parse_sample
 
 MIN_REFRESH_S = 1.0
 SCRAPE_TIMEOUT_S = 2.0

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from kvwise.errors import UsageError
-from kvwise.top.host import host_memory
-from kvwise.top.plan_check import departures
-from kvwise.top.window import EngineWindow, parse_sample
+from kvwise.live.host import host_memory
+from kvwise.live.plan_check import departures
+from kvwise.live.window import EngineWindow, parse_sample
 
 TIMEOUT_S = 3.0
 

@@ -1,4 +1,4 @@
-from kvwise.top.window import EngineWindow, parse_sample
+from kvwise.live.window import EngineWindow, parse_sample
 from tests.top.metered import engine_text
 
 

@@ -1,6 +1,6 @@
 import math
 
-from kvwise.top.histograms import delta, from_counts, parse_buckets, quantile
+from kvwise.live.histograms import delta, from_counts, parse_buckets, quantile
 
 
 def test_quantile_interpolates_inside_the_bucket_it_falls_in() -> None:

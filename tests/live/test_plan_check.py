@@ -1,4 +1,4 @@
-from kvwise.top.plan_check import departures
+from kvwise.live.plan_check import departures
 
 
 def test_a_pool_more_than_5_percent_short_is_said_with_both_figures() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvwise.bench.server_metrics import GaugeSampler, parse_prometheus, server_report
+from kvwise.live.metrics import GaugeSampler, parse_prometheus, server_report
 
 # lines as vLLM 0.32 writes them (trimmed)
 BEFORE = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.

@@ -4,7 +4,7 @@ Gauges (KV use, running, waiting) are the latest scrape's; rates (preemptions pe
 tokens/s) and TTFT/TPOT percentiles come from the difference between the latest scrape and the
 oldest one still inside the window. Metric names are vLLM's (vllm/v1/metrics/loggers.py at
 v0.32.0; `time_per_output_token_seconds` is the older releases' TPOT), newest first where a
-release renamed them; counters and gauges are parsed by bench's `server_metrics`.
+release renamed them; counters and gauges are parsed by `live.metrics`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kvwise.bench.server_metrics import GAUGES, Snapshot, parse_prometheus
-from kvwise.top import histograms
-from kvwise.top.histograms import Buckets
+from kvwise.live import histograms
+from kvwise.live.histograms import Buckets
+from kvwise.live.metrics import GAUGES, Snapshot, parse_prometheus
 
 WINDOW_S = 60.0
 TTFT = ("vllm:time_to_first_token_seconds",)
