@@ -176,3 +176,32 @@ def test_an_admission_store_that_is_not_redis_is_one_line(
             "--max-model-len", "512", "--admission-store", store]  # fmt: skip
     assert main(args) == 2
     assert "--admission-store" in capsys.readouterr().err
+
+
+def test_a_release_lost_in_a_redis_blip_is_sent_again_so_no_budget_leaks(
+    redis_server: RedisProcess,
+) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    store = redis_server.url.rsplit("/", 1)[0] + "/3"
+    # one request of 1000+ tokens fits in 1500; a leaked reservation would keep the next out
+    admission = AdmissionConfig(8, 4.0, store=store)
+    with fake_upstreams(Behaviour()) as ups:
+        config = make_config([ups[0][0]], budget_tokens=1500, admission=admission)
+        with running_gateway(config) as gateway:
+            shared = gateway.gateway.admission
+            send_release = shared._release  # type: ignore[attr-defined]
+            num_cut: list[int] = []
+
+            async def cut_once(**kwargs: object) -> object:
+                if not num_cut:
+                    num_cut.append(1)
+                    raise RedisConnectionError("connection reset (injected)")
+                return await send_release(**kwargs)
+
+            shared._release = cut_once  # type: ignore[attr-defined]
+            chat = f"{gateway.url}/v1/chat/completions"
+            assert httpx.post(chat, json=BODY, timeout=30).status_code == 200
+            assert wait_until(lambda: num_cut == [1])  # its release was lost
+            assert httpx.post(chat, json=BODY, timeout=30).status_code == 200
+            assert httpx.post(chat, json=BODY, timeout=30).status_code == 200
