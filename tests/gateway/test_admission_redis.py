@@ -77,6 +77,8 @@ def test_two_gateways_never_admit_past_one_budget_under_a_burst(
                 )
 
         replies = asyncio.run(burst())
+    for log in tmp_path.glob("gateway-*.log"):  # what each printed at start
+        assert f"admission:     shared with every gateway on {store}" in log.read_text()
     statuses = [r.status_code for r in replies]
     refused = [r for r in replies if r.status_code == 429]
     fidelity_report.append(
@@ -205,3 +207,14 @@ def test_a_release_lost_in_a_redis_blip_is_sent_again_so_no_budget_leaks(
             assert wait_until(lambda: num_cut == [1])  # its release was lost
             assert httpx.post(chat, json=BODY, timeout=30).status_code == 200
             assert httpx.post(chat, json=BODY, timeout=30).status_code == 200
+
+
+def test_the_start_up_summary_never_prints_the_store_password(tmp_path: Path) -> None:
+    with fake_upstreams(Behaviour()) as ups:
+        store = "redis://:s3cret@127.0.0.1:1/0"  # nothing listens: 503s, yet it starts
+        args = ["--upstream", ups[0][0], "--admission-store", store]
+        with gateway_process(args, tmp_path) as (url, _):
+            reply = httpx.post(f"{url}/v1/chat/completions", json=BODY)
+    assert reply.status_code == 503
+    printed = next(tmp_path.glob("gateway-*.log")).read_text()
+    assert "redis://:***@127.0.0.1:1/0" in printed and "s3cret" not in printed
