@@ -51,6 +51,7 @@ KEY_PREFIX = "kvwise:admission:"
 RENEWALS_PER_LEASE = 3  # lease_ttl_s / this = the renewal interval
 POLL_S = 0.05  # how often a waiting queue head asks for room another instance may have freed
 REDIS_TIMEOUT_S = 1.0  # a Redis that has not answered in this long is taken for down
+STORE_DOWN = "admission store unavailable; retry later"
 
 
 class SharedAdmission(Admission):
@@ -170,7 +171,7 @@ class SharedAdmission(Admission):
             if self.is_store_reachable:
                 log.warning("admission store not answering: %s", exc)
             self.is_store_reachable = False
-            raise AdmissionStoreUnavailable("admission store unavailable; retry later") from None
+            raise AdmissionStoreUnavailable(STORE_DOWN) from None
         if not self.is_store_reachable:
             log.warning("admission store answering again")
             self.is_store_reachable = True
@@ -221,7 +222,7 @@ class SharedAdmission(Admission):
         while True:
             with contextlib.suppress(AdmissionStoreUnavailable):
                 await self._renew_once()
-                self.dispatch()
+            self.dispatch()  # room freed elsewhere, or Redis gone: the queue hears of it
             await asyncio.sleep(self.config.lease_ttl_s / RENEWALS_PER_LEASE)
 
     async def _dispatch_loop(self) -> None:
@@ -232,6 +233,8 @@ class SharedAdmission(Admission):
                 await asyncio.wait_for(self._wake.wait(), timeout_s)
             self._wake.clear()
             try:
+                if not self.is_store_reachable and len(self.queue):  # a call failed: ask again
+                    await self._renew_once()  # (Redis still down: the queue gets 503s)
                 await self._dispatch_queue()
             except AdmissionStoreUnavailable as exc:
                 self._fail_queued(exc)
@@ -239,12 +242,19 @@ class SharedAdmission(Admission):
                 log.exception("admission dispatch failed")
 
     async def _dispatch_queue(self) -> None:
-        """Grant leases to queued requests, head first, while the head finds room."""
+        """Grant leases to queued requests, head first, while the head finds room. The totals
+        seen here are refreshed once per turn before giving up: room another instance freed (or
+        a dead one's, once its lease is out) shows within one poll."""
+        is_fresh = False
         while (entry := self.queue.peek()) is not None:
             waiter = entry.item
             lease = await self._reserve_somewhere(waiter.ticket, waiter.exclude)
             if lease is None:
-                return
+                if is_fresh:
+                    return
+                await self._renew_once()
+                is_fresh = True
+                continue
             if entry.is_removed or waiter.future.done():  # gone while Redis answered
                 lease.release()
                 continue
