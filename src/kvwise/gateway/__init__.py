@@ -16,6 +16,8 @@ How a request flows, module by module:
       merge       lining up a resent / edited conversation with the stored one
       sessions    session store interface + SQLite (WAL); redis_store: Redis (+ durability)
     admission   KV-token leases on replicas, the fair queue, 429 + Retry-After
+      admission_redis  one budget for several gateways (--admission-store): Redis leases;
+                  admission_scripts: its atomic Lua scripts
       fairqueue   start-time fair queuing across sessions / API keys, in KV tokens
       routing     consistent hashing with bounded loads (session / prefix affinity)
       replicas    per-replica budget, reservations, live engine load from /metrics

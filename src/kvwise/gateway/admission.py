@@ -8,7 +8,9 @@ queue order: the head waits for room even if a smaller request behind it would f
 requests are never starved by a stream of small ones. A full queue makes room for a flow with
 fewer requests queued than the longest one by refusing that one's newest (see `fairqueue`).
 
-Everything here runs on the event loop; no locks are needed.
+Everything here runs on the event loop; no locks are needed. This is the admission of one
+gateway process; with `--admission-store redis://...` several gateways share one budget through
+`kvwise.gateway.admission_redis` (`open_admission` picks).
 """
 
 from __future__ import annotations
@@ -31,10 +33,18 @@ MAX_RETRY_AFTER_S = 60
 class AdmissionConfig:
     max_queue: int
     queue_timeout_s: float
+    store: str | None = None  # redis:// URL of a budget shared with other gateways; None: local
+    # how long a crashed gateway's reservations outlive it in the shared store: three renewals
+    # missed at one per second, as three probes missed make a replica down (health_failures)
+    lease_ttl_s: float = 3.0
 
 
 class NoReplica(Exception):
     """No healthy replica is left to try for this request."""
+
+
+class AdmissionStoreUnavailable(NoReplica):
+    """The shared budget cannot be read: nothing is admitted against an unknown budget (503)."""
 
 
 class Overloaded(Exception):
@@ -61,6 +71,7 @@ class Lease:
     admission: Admission
     num_seqs: int = 1
     is_released: bool = False
+    key: str = ""  # the reservation's id in a shared store
 
     def release(self) -> None:
         if not self.is_released:
@@ -93,6 +104,9 @@ class Admission:
             lease = self._try_reserve(ticket, exclude)
             if lease is not None:
                 return lease
+        return await self._wait_in_queue(ticket, exclude)
+
+    async def _wait_in_queue(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, exclude, loop.create_future())
         try:
@@ -105,6 +119,7 @@ class Admission:
             reason = "queue full; this client has more than its share queued"
             pushed_out.future.set_exception(Overloaded(reason, self.retry_after_s()))
         self.num_queued += 1
+        self._on_queued()
         try:
             return await asyncio.wait_for(
                 asyncio.shield(waiter.future), self.config.queue_timeout_s
@@ -117,6 +132,9 @@ class Admission:
                 raise
             self.num_rejected += 1
             raise Overloaded("queue timeout", self.retry_after_s()) from None
+
+    def _on_queued(self) -> None:
+        """A request joined the queue (a shared store polls for room from here on)."""
 
     def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
         replica = self.router.pick(
@@ -143,6 +161,12 @@ class Admission:
             self.queue.pop()
             waiter.future.set_result(lease)
 
+    async def start(self) -> None:
+        """Inside the serving event loop, before the first request."""
+
+    async def close(self) -> None:
+        """At shutdown."""
+
     def record_service_time(self, seconds: float) -> None:
         self._recent_service_s.append(seconds)
 
@@ -160,3 +184,12 @@ class Admission:
     @property
     def reserved_tokens(self) -> int:
         return sum(r.reserved_tokens for r in self.router.replicas)
+
+
+def open_admission(router: Router, config: AdmissionConfig) -> Admission:
+    """In-process admission, or one shared with other gateways through `config.store`."""
+    if config.store is None:
+        return Admission(router, config)
+    from kvwise.gateway.admission_redis import SharedAdmission
+
+    return SharedAdmission(router, config)

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvwise.errors import UsageError
-from kvwise.gateway.admission import Admission
+from kvwise.gateway.admission import open_admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
@@ -59,7 +59,7 @@ class Gateway:
         self.replicas = [
             Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
         ]
-        self.admission = Admission(Router(self.replicas), config.admission)
+        self.admission = open_admission(Router(self.replicas), config.admission)
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         keys_file = config.security.api_keys_file
         self.api_keys = ApiKeys(config.security.api_keys, Path(keys_file) if keys_file else None)
@@ -97,6 +97,7 @@ class Gateway:
         self.http = httpx.AsyncClient(timeout=timeout, limits=limits)
         if self.config.sessions is not None:
             self.store = open_store(self.config.sessions.store, self.config.sessions.caps)
+        await self.admission.start()
         await self.check_replicas()
         self._health_task = asyncio.create_task(self._health_loop())
 
@@ -106,6 +107,7 @@ class Gateway:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+        await self.admission.close()
         await self.http.aclose()
         self.upstream.close()
         if self.store is not None:

@@ -103,6 +103,11 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         "--queue-timeout", type=float, default=60.0, help="seconds a request may wait"
     )
     gateway.add_argument(
+        "--admission-store",
+        help="redis://HOST:PORT/DB: one KV budget shared by every gateway using it "
+        "(default: this process's own)",
+    )
+    gateway.add_argument(
         "--tokenizer", help="tokenizer.json or model folder, for exact prompt counts"
     )
     security = parser.add_argument_group("security")
@@ -280,6 +285,9 @@ def check_upstream_url(url: str) -> None:
 def build_config(
     args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
 ) -> GatewayConfig:
+    store = args.admission_store
+    if store is not None and not store.startswith(("redis://", "rediss://", "unix://")):
+        raise UsageError(f"--admission-store {store}: give a redis:// URL")
     upstreams = tuple(
         UpstreamSpec(f"r{i}", url, limits.kv_budget_tokens, limits.max_num_seqs)
         for i, url in enumerate(urls)
@@ -287,7 +295,7 @@ def build_config(
     return GatewayConfig(
         upstreams=upstreams,
         max_model_len=limits.max_model_len,
-        admission=AdmissionConfig(args.max_queue, args.queue_timeout),
+        admission=AdmissionConfig(args.max_queue, args.queue_timeout, args.admission_store),
         security=security_config(args),
         sessions=session_config(args),
         tokenizer_path=tokenizer,

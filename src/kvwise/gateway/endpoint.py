@@ -151,10 +151,11 @@ class Exchange:
             message = f"server busy ({exc.reason}); retry later"
             await self._fail(HttpError(429, message, "rate_limit_exceeded", headers=retry_after))
             return
-        except NoReplica:
-            # a replica can be seen back at the next health check, a fraction of a second away
+        except NoReplica as exc:
+            # a replica (or the shared admission store) can be back a fraction of a second away
             retry_after = {"retry-after": "1"}
-            error = HttpError(503, "no healthy replica", "service_unavailable", headers=retry_after)
+            message = str(exc) or "no healthy replica"
+            error = HttpError(503, message, "service_unavailable", headers=retry_after)
             await self._fail(error)
             return
         try:

@@ -29,6 +29,7 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
         "plan": limits.plan_summary,
         "max_queue": config.admission.max_queue,
         "queue_timeout_s": config.admission.queue_timeout_s,
+        "admission_store": _without_password(config.admission.store),
         "api_keys": _num_api_keys(config.security),
         "admin_keys": len(config.security.admin_keys),
         "session_from_user": bool(sessions and sessions.is_user_session),
@@ -60,6 +61,7 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
         f"  max_model_len: {s['max_model_len']:,} (from {s['max_model_len_source']})",
         _running_cap_line(s),
         f"  queue:         {s['max_queue']} requests, {s['queue_timeout_s']:g} s timeout; 429 past",
+        f"  admission:     {_budget_scope(s['admission_store'])}",
         f"  sessions:      store {s['session_store']}, history {history}",
         f"  prompt count:  {s['token_counting']}; API keys: {s['api_keys'] or 'none'}, "
         f"admin keys: {s['admin_keys'] or 'none (/metrics open)'}",
@@ -67,6 +69,25 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
         f"  listening on   {s['listen']}",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _without_password(url: str | None) -> str | None:
+    """The store's URL as printed: a password in it becomes ***."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _budget_scope(store: str | None) -> str:
+    if store is None:
+        return "this gateway's own (other gateways in front of these replicas are not counted)"
+    return f"shared with every gateway on {store}"
 
 
 def _num_api_keys(security: SecurityConfig) -> int:
