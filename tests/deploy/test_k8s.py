@@ -125,10 +125,13 @@ def test_the_gateway_has_two_pods_a_disruption_budget_and_sessions_in_the_aof_re
     assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     args = container(gateway)["args"]
     store = args[args.index("--session-store") + 1]
+    budget_store = args[args.index("--admission-store") + 1]
     redis_docs = documents(tmp_path / "redis.yaml")
     (redis_service,) = by_kind(redis_docs, "Service")
     port = redis_service["spec"]["ports"][0]["port"]
+    # sessions and the one KV budget the pods share, in two databases of that Redis
     assert store == f"redis://{redis_service['metadata']['name']}:{port}/0"
+    assert budget_store == f"redis://{redis_service['metadata']['name']}:{port}/1"
     redis = container(by_kind(redis_docs, "Deployment")[0])
     words = " ".join([*redis.get("command", []), *redis["args"]])
     assert "--appendonly yes" in words and "--appendfsync everysec" in words

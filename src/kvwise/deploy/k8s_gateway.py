@@ -17,13 +17,16 @@ def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": GATEWAY_NAME, "app.kubernetes.io/part-of": "kvwise"}
 
 
-def gateway_args(spec: DeploySpec, upstreams: list[str], redis_url: str) -> list[str]:
-    """`kvwise serve` arguments: the plan it budgets with, every replica, sessions in Redis."""
+def gateway_args(spec: DeploySpec, upstreams: list[str], redis_url: str | None) -> list[str]:
+    """`kvwise serve` arguments: the plan it budgets with, every replica, and with Redis the
+    sessions (database 0) and one KV budget shared by every gateway pod (database 1)."""
     args = [spec.model_id, *spec.gateway_plan_args]
     for url in upstreams:
         args += ["--upstream", url]
-    args += ["--host", "0.0.0.0", "--port", str(GATEWAY_PORT)]
-    return [*args, "--session-history", "--session-store", redis_url]
+    args += ["--host", "0.0.0.0", "--port", str(GATEWAY_PORT), "--session-history"]
+    if redis_url is None:
+        return args  # one gateway, sessions in its own SQLite file
+    return [*args, "--session-store", f"{redis_url}/0", "--admission-store", f"{redis_url}/1"]
 
 
 def _deployment(spec: DeploySpec, args: list[str]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ REDIS_STORAGE = "1Gi"  # sessions are text: the gateway caps each at --session-m
 
 
 def redis_url() -> str:
-    return f"redis://{REDIS_NAME}:{REDIS_PORT}/0"
+    """The Redis service, without a database: the gateway keeps sessions in 0, its budget in 1."""
+    return f"redis://{REDIS_NAME}:{REDIS_PORT}"
 
 
 def _labels() -> dict[str, str]:

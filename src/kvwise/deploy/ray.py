@@ -48,8 +48,8 @@ esac
 
 
 def readme(spec: DeploySpec, gpus_per_node: int, num_nodes: int) -> str:
-    gateway = ["kvwise", "serve", *gateway_args(spec, [f"http://HEAD_IP:{VLLM_PORT}"], "")]
-    gateway = gateway[: gateway.index("--session-store")]  # local sessions: no Redis here
+    # one gateway beside the head node: sessions in its own file, no Redis
+    gateway = ["kvwise", "serve", *gateway_args(spec, [f"http://HEAD_IP:{VLLM_PORT}"], None)]
     return f"""# {spec.model_id} on {num_nodes} node(s) x {gpus_per_node} GPU(s) with Ray
 
 vLLM {spec.vllm_version}, tensor parallel {spec.tensor_parallel_size} inside a node, pipeline
