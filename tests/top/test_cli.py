@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -89,3 +90,25 @@ def test_a_gateway_gone_mid_run_is_a_line_in_the_view_not_a_crash() -> None:
     console = Console(width=80, record=True)
     console.print(view(status, 1.0))
     assert "unreachable" in console.export_text()
+
+
+def test_gpu_memory_from_nvml_shows_in_json_and_in_the_view(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML cannot run here (no GPU): a card as NVML would report it stands in for the probe,
+    and the figures must reach the JSON and the terminal view."""
+    from kvwise.core import gpus
+
+    card = gpus.find_gpu("rtx4090")
+    seen = replace(card, free_bytes=card.memory_bytes - 20 * gpus.GIB, memory_source="NVML")
+    monkeypatch.setattr(gpus, "detect_gpus", lambda: [seen])
+    with (
+        metered_upstream() as (url, upstream),
+        running_gateway(make_config([url], budget_tokens=50_000)) as gw,
+    ):
+        upstream.metrics_text = engine_text(0.4, 40_000)
+        status = _once(capsys, gw.url)
+        (gpu,) = status["host"]["gpus"]
+        assert (gpu["name"], gpu["used_gib"]) == ("RTX 4090", 20.0)
+        assert main(["top", gw.url, "--once"]) == 0
+    assert f"GPU 0 RTX 4090: 20.0 / {gpu['total_gib']:.1f} GiB used" in capsys.readouterr().out

@@ -179,3 +179,17 @@ def detect_gpus() -> list[GpuSpec]:
         return found
     finally:
         pynvml.nvmlShutdown()
+
+
+def gpu_memory() -> list[dict[str, Any]]:
+    """Each local GPU's memory in use, by NVML, for the live views ([] without NVML or a GPU).
+    Not exercised in CI (no GPU there): the tests feed `detect_gpus` a card instead."""
+    return [
+        {
+            "index": index,
+            "name": gpu.name,
+            "total_gib": round(gpu.memory_gib, 2),
+            "used_gib": round((gpu.memory_bytes - (gpu.free_bytes or 0)) / GIB, 2),
+        }
+        for index, gpu in enumerate(detect_gpus())
+    ]

@@ -24,6 +24,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kvwise.core import gpus
 from kvwise.gateway.asgi import HttpError, Scope
 from kvwise.gateway.metrics import Histogram
 from kvwise.live import histograms
@@ -118,7 +119,7 @@ class StatusBoard:
             "time_s": round(time.time(), 3),
             "replicas": replicas,
             "gateway": gateway,
-            "host": {"memory": host_memory()},
+            "host": {"memory": host_memory(), "gpus": gpus.gpu_memory()},
             "departures": departures(replicas),
         }
         self.history.append(_history_point(status))

@@ -45,6 +45,11 @@ def view(status: dict[str, Any], interval_s: float) -> RenderableType:
             else "host memory: not available (no /proc/meminfo)"
         )
     )
+    for gpu in (status.get("host") or {}).get("gpus") or []:
+        parts.append(
+            Text(f"GPU {gpu['index']} {gpu['name']}: {gpu['used_gib']:.1f} / "
+                 f"{gpu['total_gib']:.1f} GiB used (NVML)")
+        )  # fmt: skip
     return Group(*parts)
 
 

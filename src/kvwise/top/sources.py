@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from kvwise.core import gpus
 from kvwise.errors import UsageError
 from kvwise.live.host import host_memory
 from kvwise.live.plan_check import departures
@@ -80,7 +81,7 @@ def poll(client: httpx.Client, sources: list[Source], headers: dict[str, str]) -
         "time_s": round(time.time(), 3),
         "replicas": replicas,
         "gateway": gateway,
-        "host": {"memory": host_memory()},
+        "host": {"memory": host_memory(), "gpus": gpus.gpu_memory()},
         "departures": departures(replicas),
         "unreachable": unreachable,
     }

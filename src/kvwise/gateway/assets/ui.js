@@ -122,7 +122,9 @@ function show(status) {
   showDepartures(status.departures || []);
   showCharts(status.history || []);
   const mem = status.host && status.host.memory;
-  $("host").textContent = mem ? `host memory: ${fmt(mem.used_gib, 1)} GiB used of ${fmt(mem.total_gib, 1)} GiB (${fmt(mem.available_gib, 1)} GiB available)` : "host memory: not available";
+  const gpus = (status.host && status.host.gpus) || [];
+  const gpuText = gpus.map((g) => ` · GPU ${g.index} ${g.name}: ${fmt(g.used_gib, 1)} of ${fmt(g.total_gib, 1)} GiB used`).join("");
+  $("host").textContent = (mem ? `host memory: ${fmt(mem.used_gib, 1)} GiB used of ${fmt(mem.total_gib, 1)} GiB (${fmt(mem.available_gib, 1)} GiB available)` : "host memory: not available") + gpuText;
   $("state").className = "";
   $("state").textContent = `updated ${new Date(status.time_s * 1000).toLocaleTimeString()} · every ${POLL_MS / 1000} s`;
 }
