@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -36,6 +37,7 @@ def test_status_and_top_show_the_engines_figures(
     )
     with running_gateway(config) as gw:
         httpx.get(f"{gw.url}/kvwise/status")  # the start of the window
+        window_start = time.monotonic()
 
         def one() -> None:
             body = {"model": SERVED_MODEL_NAME, "prompt": "hello " * 20, "max_tokens": 64,
@@ -47,6 +49,8 @@ def test_status_and_top_show_the_engines_figures(
             thread.start()
         for thread in threads:
             thread.join()
+        # the gateway scrapes the engine at most once a second: the window needs a second scrape
+        time.sleep(max(0.0, 1.2 - (time.monotonic() - window_start)))
         assert main(["top", gw.url, "--once", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     (replica,) = status["replicas"]
