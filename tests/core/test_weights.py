@@ -1,4 +1,4 @@
-"""Parameter counts and weight bytes against published figures (shared/models, vLLM logs)."""
+"""Parameter counts and weight bytes against published figures (model cards, vLLM logs)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_weight_bytes_match_vllm_model_loading_line(
 
 
 def test_awq_7b_loads_about_5_2_gib_because_embeddings_stay_16_bit() -> None:
-    # shared/reference/vllm_memory.md section 6: ~2.03 GiB embed + lm_head + ~3.2 GiB int4 linears
+    # ~2.03 GiB embed + lm_head + ~3.2 GiB int4 linears (vLLM's AWQ layout for a 7B)
     awq = weight_bytes_per_rank(load_model("Qwen/Qwen2.5-7B-Instruct-AWQ"), dtype_bytes=2) / GIB
     assert 5.0 < awq < 5.4
 

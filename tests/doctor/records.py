@@ -1,4 +1,4 @@
-"""The real start-up records (tests/data/validation, copied from shared/), as a user pastes them."""
+"""The real start-up records (tests/data/validation, public logs with their sources), as a user pastes them."""
 
 from __future__ import annotations
 

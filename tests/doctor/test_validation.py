@@ -1,4 +1,4 @@
-"""`kvwise doctor` on the real start-up logs in tests/data/validation (copied from shared/).
+"""`kvwise doctor` on the real start-up logs in tests/data/validation (public logs with their sources).
 
 Each failure record is fed as a user would paste it: its `excerpt` and its `error_text`.
 The root cause must match the record's `failure_kind`, read through `kinds.DATASET_KINDS`

@@ -14,7 +14,7 @@ from kvwise.planner.kv import blocks_per_request, estimated_max_model_len, kv_la
 
 @pytest.mark.parametrize(
     ("model_id", "kib_per_token"),
-    # shared/reference/vllm_memory.md section 0: Qwen2.5 at bf16, TP1
+    # vLLM's KV spec at bf16, TP1: layers x KV heads x head_dim x 2 (K and V) x 2 bytes
     [
         ("Qwen/Qwen2.5-0.5B-Instruct", 12),
         ("Qwen/Qwen2.5-1.5B-Instruct", 28),
@@ -52,7 +52,7 @@ def test_gemma3_hybrid_groups_reproduce_the_logged_block_count() -> None:
 
 
 def test_tiny_cpu_model_costs_2048_bytes_per_token_as_vllm_cpu_logs() -> None:
-    # shared/reference/cpu_engines.md: 1 GiB -> "CPU KV cache size: 524,288 tokens" (fp32, 2 layers)
+    # the vLLM CPU engine logs 1 GiB -> "CPU KV cache size: 524,288 tokens" (fp32, 2 layers)
     config = {
         "architectures": ["Qwen2ForCausalLM"],
         "hidden_size": 256,

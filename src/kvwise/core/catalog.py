@@ -1,7 +1,7 @@
 """Finding a model: a local config.json or directory, the Hugging Face cache, the offline
 catalog, or the hub (`load_model` gives the order).
 
-The catalog ships the published config.json copies from `shared/models/` verbatim
+The catalog ships published config.json copies verbatim
 (`data/models/*.json`, each with its sources), plus `data/catalog_extra.json`: keys filled in for
 partial entries and quantized variants derived from a base model, each with a note saying so.
 """
