@@ -114,6 +114,11 @@ def test_server_errors_mid_run_are_counted_and_the_run_goes_on(
     assert all(r.error and r.error.startswith("HTTP 400") for r in failed)
 
 
+# One rerun: the held-out run is 12 requests on a 2-core machine that also runs the load generator,
+# and when the engine is starved it streams answers in bursts; in 1 of 5 full runs on 2026-12-02
+# (7 of 12 answers in bursts) the shipped coefficients came out closer by chance. A calibration
+# that is worse every time still fails.
+@pytest.mark.flaky(reruns=1)
 def test_calibrated_simulation_is_closer_to_the_cpu_engine(
     vllm_engine: EngineProcess,
     tmp_path: Path,
