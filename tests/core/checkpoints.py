@@ -12,6 +12,16 @@ import struct
 from pathlib import Path
 from typing import Any
 
+# Qwen/Qwen2.5-7B-Instruct-AWQ config.json's quantization_config: AutoAWQ GEMM, 4 bits, group 128
+QWEN_AWQ = {
+    "bits": 4,
+    "group_size": 128,
+    "modules_to_not_convert": None,
+    "quant_method": "awq",
+    "version": "gemm",
+    "zero_point": True,
+}
+
 DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1}
 Tensors = dict[str, tuple[str, tuple[int, ...]]]  # name -> (dtype, shape)
 

@@ -15,6 +15,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.gpus import GIB
 from kvwise.errors import UnknownModelError
 from tests.core.checkpoints import (
+    QWEN_AWQ,
     awq_tensors,
     bnb_nf4_tensors,
     catalog_config,
@@ -39,15 +40,6 @@ UNSLOTH_BNB = {
     "load_in_4bit": True,
     "load_in_8bit": False,
     "quant_method": "bitsandbytes",
-}
-# Qwen/Qwen2.5-7B-Instruct-AWQ config.json: AutoAWQ GEMM, 4 bits, group 128, fp16
-QWEN_AWQ = {
-    "bits": 4,
-    "group_size": 128,
-    "modules_to_not_convert": None,
-    "quant_method": "awq",
-    "version": "gemm",
-    "zero_point": True,
 }
 
 

@@ -14,18 +14,9 @@ from kvwise.core.models import spec_from_config
 from kvwise.core.quant import QuantSpec, parse_quantization
 from kvwise.core.weights import weight_bytes_per_rank
 from kvwise.errors import UnsupportedModelError
-from tests.core.checkpoints import catalog_config
+from tests.core.checkpoints import QWEN_AWQ, catalog_config
 
 # --- quantization_config blocks, in the shape their publishers' config.json files use ---------
-# Qwen/Qwen2.5-7B-Instruct-AWQ
-QWEN_AWQ = {
-    "bits": 4,
-    "group_size": 128,
-    "modules_to_not_convert": None,
-    "quant_method": "awq",
-    "version": "gemm",
-    "zero_point": True,
-}
 # Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4
 QWEN_GPTQ_INT4 = {
     "bits": 4,

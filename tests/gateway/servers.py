@@ -157,3 +157,23 @@ def fake_upstreams(*behaviours: Behaviour) -> Iterator[list[tuple[str, FakeUpstr
         for server in servers:
             loop.run(server.stop())
         loop.close()
+
+
+def tokens_before_a_mid_stream_failure(gateway_url: str, chat: dict[str, Any]) -> list[str | None]:
+    """Stream `chat` through the gateway with the real `openai` client; the stream must end with
+    the gateway's "failed mid-stream" error event. Returns the contents received before it."""
+    import openai
+    import pytest
+
+    async def scenario() -> list[str | None]:
+        async with openai.AsyncOpenAI(
+            base_url=f"{gateway_url}/v1", api_key="x", max_retries=0
+        ) as api:
+            stream = await api.chat.completions.create(**chat, stream=True)
+            received = []
+            with pytest.raises(openai.APIError, match="failed mid-stream"):
+                async for chunk in stream:
+                    received.append(chunk.choices[0].delta.content)
+            return received
+
+    return asyncio.run(scenario())

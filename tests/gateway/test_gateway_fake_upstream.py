@@ -8,8 +8,6 @@ import gc
 import weakref
 
 import httpx
-import openai
-import pytest
 
 from kvwise.gateway.config import SecurityConfig
 from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
@@ -18,6 +16,7 @@ from tests.gateway.servers import (
     fake_upstreams,
     make_config,
     running_gateway,
+    tokens_before_a_mid_stream_failure,
     wait_until,
 )
 
@@ -46,19 +45,7 @@ def test_a_replica_that_fails_mid_stream_ends_it_with_a_clean_error() -> None:
         fake_upstreams(Behaviour(drop_after_tokens=2)) as ups,
         running_gateway(make_config([ups[0][0]])) as gw,
     ):
-
-        async def scenario() -> list[str]:
-            async with openai.AsyncOpenAI(
-                base_url=f"{gw.url}/v1", api_key="x", max_retries=0
-            ) as api:
-                stream = await api.chat.completions.create(**CHAT, stream=True)  # type: ignore[call-overload]
-                received = []
-                with pytest.raises(openai.APIError, match="failed mid-stream"):
-                    async for chunk in stream:
-                        received.append(chunk.choices[0].delta.content)
-                return received
-
-        assert asyncio.run(scenario()) == ["", "t0 ", "t1 "]
+        assert tokens_before_a_mid_stream_failure(gw.url, CHAT) == ["", "t0 ", "t1 "]
         assert gw.gateway.metrics.broken_streams.get() == 1
         assert wait_until(lambda: gw.gateway.replicas[0].reserved_tokens == 0)
 

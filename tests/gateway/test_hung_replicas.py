@@ -3,15 +3,18 @@ fake upstream (not an engine) hangs on request or goes silent mid-stream."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
-import openai
-import pytest
 
 from kvwise.gateway.fake_upstream import Behaviour
-from tests.gateway.servers import fake_upstreams, make_config, running_gateway, wait_until
+from tests.gateway.servers import (
+    fake_upstreams,
+    make_config,
+    running_gateway,
+    tokens_before_a_mid_stream_failure,
+    wait_until,
+)
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 FAST_PROBES = {"health_interval_s": 0.1, "health_timeout_s": 0.3, "health_failures": 2}
@@ -59,20 +62,8 @@ def test_a_stream_that_goes_silent_ends_with_a_clean_error() -> None:
     with fake_upstreams(Behaviour(stall_after_tokens=2)) as ups:
         config = make_config([ups[0][0]], stall_timeout_s=0.5, health_interval_s=60)
         with running_gateway(config) as gw:
-
-            async def scenario() -> list[str | None]:
-                async with openai.AsyncOpenAI(
-                    base_url=f"{gw.url}/v1", api_key="x", max_retries=0
-                ) as api:
-                    stream = await api.chat.completions.create(**CHAT, stream=True)  # type: ignore[call-overload]
-                    received = []
-                    with pytest.raises(openai.APIError, match="failed mid-stream"):
-                        async for chunk in stream:
-                            received.append(chunk.choices[0].delta.content)
-                    return received
-
             started_s = time.monotonic()
-            assert asyncio.run(scenario()) == ["", "t0 ", "t1 "]
+            assert tokens_before_a_mid_stream_failure(gw.url, CHAT) == ["", "t0 ", "t1 "]
             assert time.monotonic() - started_s < 3
             assert not gw.gateway.replicas[0].is_healthy
             assert gw.gateway.metrics.broken_streams.get() == 1

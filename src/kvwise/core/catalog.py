@@ -171,7 +171,7 @@ def load_model(name: str) -> ModelSpec:
     if spec is not None:
         return spec
     entry = _find_in_catalog(name)
-    # A verbatim copy is what the hub would send: skip the round trip (cold start stays offline)
+    # A verbatim copy is what the hub would send: no round trip (cold start stays offline)
     if entry is not None and not entry.is_derived and entry.model_id.lower() == name.lower():
         return entry.spec()
     hub_miss = "not an org/name id, the hub was not asked"
