@@ -228,6 +228,9 @@ def score(record: dict[str, Any]) -> Scored:
         result = plan(model, _gpu(record), record_flags(record), vllm_version=version)
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    if result.verdict_not_modelled is not None:
+        # the planner says which part it does not model instead of a start/fail verdict
+        return Scored(**base, reason=result.verdict_not_modelled)
     kind = None if result.error is None else result.error.kind
     logged = logged_tokens(record) if record["outcome"] == "ok" else None
     return Scored(

@@ -41,3 +41,26 @@ def test_per_instance_accounting_keeps_the_context_beside_the_budget() -> None:
         per_instance.memory.budget_bytes + per_instance.memory.cuda_graph_bytes
     )
     assert not per_instance.starts
+
+
+def _llama_on_l4(tp: int, **flags: object) -> Plan:
+    base = {"tensor_parallel_size": tp, "max_model_len": 8192, **flags}
+    return _plan("meta-llama/Llama-3.1-8B-Instruct", "l4", "0.6.5", **base)
+
+
+def test_capture_verdict_at_tp4_on_pcie_is_not_modelled_below_vllms_own_graph_bound() -> None:
+    # custom_all_reduce.py: off beyond two PCIe-only GPUs, so NCCL carries the all-reduces
+    # captured in the graphs; 0.9 of an L4 leaves 1.7 GiB beside the budget, under the
+    # "additional 1~3 GiB memory per GPU" of V0's model_runner.py:capture_model
+    nccl = _llama_on_l4(4, gpu_memory_utilization=0.9)
+    assert not nccl.starts and nccl.error is None
+    assert nccl.verdict_not_modelled is not None
+    assert nccl.verdict_not_modelled.startswith("not modelled: CUDA-graph capture at TP 4")
+    assert nccl.kv.tokens > 0  # the KV pool before capture is still planned
+    assert nccl.to_json()["verdict_not_modelled"] == nccl.verdict_not_modelled
+
+
+def test_capture_verdict_stands_where_nccl_is_not_in_the_graphs_or_room_covers_the_bound() -> None:
+    assert _llama_on_l4(2, gpu_memory_utilization=0.9).starts  # two PCIe GPUs: custom all-reduce
+    assert _llama_on_l4(4, gpu_memory_utilization=0.9, enforce_eager=True).starts  # no graphs
+    assert _llama_on_l4(4, gpu_memory_utilization=0.8).starts  # 3.9 GiB beside the budget

@@ -28,6 +28,7 @@ from kvwise.planner.kv import (
 from kvwise.planner.kv_release import for_release
 from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
+    CUDA_OOM_SAMPLER_WARMUP,
     KvCapacity,
     MemoryBreakdown,
     Plan,
@@ -221,6 +222,12 @@ def plan(
     before_snapshot = memory.before_snapshot_bytes(gpu, resolved, rules)
     free = _free_at_init(gpu, startup_free_bytes, before_snapshot)
     error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
+    verdict_not_modelled = None
+    if error is None or error.kind == CUDA_OOM_SAMPLER_WARMUP:
+        # graph capture runs before the warm-up: its verdict decides which stage fails first
+        room = _room_outside_budget(gpu, resolved, rules, budget, parts, available, free)
+        excess = parts.graphs_actual - parts.graphs_in_budget
+        verdict_not_modelled = memory.nccl_graph_capture_not_modelled(gpu, resolved, excess, room)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
     if error is None and host_ram_available_bytes is not None and host > host_ram_available_bytes:
@@ -253,5 +260,6 @@ def plan(
         host_ram_bytes=host,
         warnings=(),
         setup_not_modelled=memory.setup_not_modelled(resolved, rules),
+        verdict_not_modelled=verdict_not_modelled,
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})
