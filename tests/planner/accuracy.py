@@ -222,6 +222,10 @@ def score(record: dict[str, Any]) -> Scored:
         return Scored(**base, reason="the log does not name the model")
     if not record.get("gpu"):
         return Scored(**base, reason="the log does not name the GPU")
+    if record.get("failure_kind") == "host_ram":
+        # a host-side failure (the OOM killer, mmap ENOMEM): the planner checks host RAM only
+        # against the host's figure (`host_ram_available_bytes`), which no record states
+        return Scored(**base, reason="the log does not state the host's RAM (host-side failure)")
     written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
         model = load_model(written)
