@@ -216,3 +216,15 @@ def test_a_verdict_kvwise_does_not_model_is_said_not_guessed() -> None:
     assert data["starts"] is False and data["error"] is None
     assert data["verdict_not_modelled"].startswith("not modelled: CUDA-graph capture at TP 4")
     assert data["kv"]["tokens"] > 0
+
+
+def test_explain_names_a_variant_whose_verdict_is_not_modelled() -> None:
+    args = ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "l4", "--explain", "--json"]
+    args += ["--tensor-parallel-size", "4", "--max-model-len", "8192", "--vllm-version", "0.6.5"]
+    done = _run(*args)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    knobs = {k["knob"]: k for k in json.loads(done.stdout)["knobs"]}
+    assert knobs["--enforce-eager"]["starts"] is True  # no graphs, no NCCL in them
+    # a variant that keeps 0.9 says its verdict is not modelled instead of naming an error
+    effect = knobs["--block-size 8"]["effect"]
+    assert "start/fail verdict not modelled: CUDA-graph capture at TP 4" in effect
