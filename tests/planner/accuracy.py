@@ -222,12 +222,19 @@ def score(record: dict[str, Any]) -> Scored:
         return Scored(**base, reason="the log does not name the model")
     if not record.get("gpu"):
         return Scored(**base, reason="the log does not name the GPU")
+    if record.get("failure_kind") == "host_ram":
+        # a host-side failure (the OOM killer, mmap ENOMEM): the planner checks host RAM only
+        # against the host's figure (`host_ram_available_bytes`), which no record states
+        return Scored(**base, reason="the log does not state the host's RAM (host-side failure)")
     written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
         model = load_model(written)
         result = plan(model, _gpu(record), record_flags(record), vllm_version=version)
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    if result.verdict_not_modelled is not None:
+        # the planner says which part it does not model instead of a start/fail verdict
+        return Scored(**base, reason=result.verdict_not_modelled)
     kind = None if result.error is None else result.error.kind
     logged = logged_tokens(record) if record["outcome"] == "ok" else None
     return Scored(

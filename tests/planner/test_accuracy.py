@@ -46,8 +46,9 @@ def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> Non
     planned, median_error, verdicts = _figures(scored)
     assert (
         planned >= 30
-    )  # measured 32 of 102: most others name a checkpoint kvwise cannot read offline
+    )  # measured 30 of 102: most others name a checkpoint kvwise cannot read offline; two
+    # answer "not modelled" for graph capture, one is a host-side failure with no host RAM
     assert median_error <= 0.04  # measured 3.0 % (12 cases with a logged token count)
-    assert verdicts >= 0.6  # measured 20 of 32
+    assert verdicts >= 0.6  # measured 20 of 30
     # a case that cannot be planned says why in one line (the planner's own error), never a crash
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)

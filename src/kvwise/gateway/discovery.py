@@ -57,7 +57,7 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     result = plan(
         load_model(args.model), gpu, flags_from_args(args), vllm_version=args.vllm_version
     )
-    if not result.starts:
+    if result.error is not None:  # a verdict kvwise does not model is no refusal
         raise UsageError(f"the plan says vLLM will not start: {result.error.message}")
     summary = (
         f"{result.model.model_id} on {result.gpu.name}: {result.kv.tokens:,} KV tokens, "
