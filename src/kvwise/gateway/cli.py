@@ -3,10 +3,12 @@
     kvwise serve --upstream http://127.0.0.1:8001 --kv-budget-tokens 60000
     kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu rtx4090 --max-model-len 16384 --launch
     kvwise serve --demo
+    kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu rtx4090 --engine sglang --launch   (GPU only)
 
 Where the limits come from, first match wins:
     KV budget per replica   --kv-budget-tokens; the plan's KV tokens; the engine's own pool
-                            (its /metrics `vllm:cache_config_info`)
+                            (vLLM: /metrics `vllm:cache_config_info`; SGLang: /metrics
+                            `sglang:max_total_num_tokens`, else /server_info)
     max_model_len           --max-model-len; the plan's; the engine's /v1/models
 At start it prints the limits it enforces and where each came from (`--json`: as JSON).
 """
@@ -19,7 +21,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
@@ -33,10 +35,14 @@ from kvwise.gateway.config import (
     SessionConfig,
     UpstreamSpec,
 )
-from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
+from kvwise.gateway.discovery import Limits, PlannedLimits, discover_limits, plan_limits
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
 from kvwise.gateway.startup_summary import describe, print_limits
+from kvwise.planner.cli import add_sglang_flags
+
+if TYPE_CHECKING:
+    from kvwise.gateway.launcher import EngineCommand
 
 DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
 DAY_S = 86_400
@@ -60,12 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream", action="append", default=[], help="running OpenAI-compatible server"
     )
     engines.add_argument(
-        "--launch", action="store_true", help="start vLLM replicas with the planned flags"
+        "--engine", choices=("vllm", "sglang"), default="vllm",
+        help="the engine to plan for and --launch (default vllm)",
+    )  # fmt: skip
+    engines.add_argument(
+        "--launch", action="store_true", help="start engine replicas with the planned flags"
     )
     engines.add_argument(
         "--replicas", type=int, default=1, help="with --launch (one per GPU or TP group)"
     )
-    engines.add_argument("--engine-command", help="template, default 'vllm serve {model}'")
+    engines.add_argument(
+        "--engine-command",
+        help="template, default 'vllm serve {model}' (SGLang: "
+        "'python3 -m sglang.launch_server --model-path {model}')",
+    )
     engines.add_argument("--log-dir", type=Path, default=Path("kvwise-logs"), help="replica logs")
     engines.add_argument(
         "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
@@ -87,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_gateway_flags(parser)
     add_vllm_flags(parser)
+    add_sglang_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the enforced limits as JSON")
     return parser
 
@@ -238,7 +253,24 @@ class Started:
     tokenizer_path: str | None
 
 
-def start_engines(args: argparse.Namespace) -> Started:
+def engine_command(args: argparse.Namespace, planned: PlannedLimits | None) -> EngineCommand:
+    """vLLM with the flags given (vLLM resolves the rest itself), or SGLang with every flag
+    the SGLang plan resolved, which needs the plan (a MODEL and --gpu)."""
+    from kvwise.gateway.launcher import sglang_engine, vllm_engine
+
+    if args.engine == "vllm":
+        return vllm_engine(flags_from_args(args), args.engine_command)
+    if planned is None or planned.sglang_args is None:
+        raise UsageError(
+            "--engine sglang --launch starts SGLang with the planned flags: give --gpu (or "
+            "--gpu-memory-gib) so that kvwise can plan them"
+        )
+    return sglang_engine(
+        list(planned.sglang_args), planned.tensor_parallel_size, args.engine_command
+    )
+
+
+def start_engines(args: argparse.Namespace, planned: PlannedLimits | None = None) -> Started:
     if args.demo:
         from kvwise.gateway.demo import start_demo
 
@@ -246,14 +278,15 @@ def start_engines(args: argparse.Namespace) -> Started:
     if args.launch:
         if not args.model:
             raise UsageError("--launch needs a MODEL to serve")
-        from kvwise.gateway.launcher import DEFAULT_ENGINE_COMMAND, Supervisor, plan_launches
+        from kvwise.gateway.launcher import Supervisor, plan_launches
 
-        flags = flags_from_args(args)
+        engine = engine_command(args, planned)
         # several replicas split the visible GPUs into groups of TP x PP; one uses them all
-        per_replica = (flags.tensor_parallel_size or 1) * (flags.pipeline_parallel_size or 1)
+        per_replica = engine.gpus_per_replica
         gpu_ids = list(range(args.replicas * per_replica)) if args.replicas > 1 else None
-        command = args.engine_command or DEFAULT_ENGINE_COMMAND
-        launches = plan_launches(args.model, flags, args.replicas, command, args.log_dir, gpu_ids)
+        launches = plan_launches(
+            args.model, engine, args.replicas, engine.template, args.log_dir, gpu_ids
+        )
         supervisor = Supervisor(launches)
         print(
             f"kvwise serve: starting {len(launches)} replica(s); logs in {args.log_dir}/",
@@ -334,7 +367,7 @@ def run(argv: list[str]) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health check otherwise
     planned = plan_limits(args)
-    started = start_engines(args)
+    started = start_engines(args, planned)
     try:
         limits = discover_limits(args, planned, started.urls)
         config = build_config(args, started.urls, limits, started.tokenizer_path)

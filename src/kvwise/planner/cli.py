@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
-    _add_sglang_flags(parser)
+    add_sglang_flags(parser)
     parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
     )
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
+def add_sglang_flags(parser: argparse.ArgumentParser) -> None:
     """SGLang's own flags, under SGLang's names (with --engine sglang)."""
     group = parser.add_argument_group("SGLang (with --engine sglang)")
     group.add_argument(
@@ -77,7 +77,7 @@ def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-running-requests", type=int, help="requests running at once")
 
 
-def _sglang_flags(args: argparse.Namespace) -> SglangFlags:
+def sglang_flags_from_args(args: argparse.Namespace) -> SglangFlags:
     from kvwise.planner.sglang import SglangFlags
 
     if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
@@ -162,7 +162,7 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
-        return run_sglang(model, gpu, flags, as_json=args.json, sglang=_sglang_flags(args))
+        return run_sglang(model, gpu, flags, as_json=args.json, sglang=sglang_flags_from_args(args))
     result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
     if args.explain:
         from kvwise.planner.explain import run_explain
