@@ -34,11 +34,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     args, model_name, flags = planner_cli.parse(argv, build_parser())
+    if args.engine == planner_cli.BOTH_ENGINES:
+        if not args.kind:
+            raise UsageError(
+                "--engine vllm,sglang compares the engines on a workload: add --workload KIND "
+                "(e.g. --workload agent --sessions 10)"
+            )
+        from kvwise.core.catalog import load_model
+
+        return run_compare(args, load_model(model_name), planner_cli.gpu_from_args(args), flags)
     if not args.kind or args.engine != "vllm":
         return planner_cli.run_parsed(args, model_name, flags)
     from kvwise.core.catalog import load_model
 
     return run_recommend(args, load_model(model_name), planner_cli.gpu_from_args(args), flags)
+
+
+def run_compare(args: argparse.Namespace, model: ModelSpec, gpu: GpuSpec, flags: VllmFlags) -> int:
+    """Both engines simulated on the workload; the better one recommended, with reasons."""
+    from kvwise.advisor.compare import compare
+    from kvwise.advisor.compare_report import render_text, to_json
+
+    result = compare(
+        model,
+        gpu,
+        flags,
+        spec_from_args(args),
+        sglang=planner_cli.sglang_flags_from_args(args),
+        objectives=_objectives(args),
+        vllm_version=args.vllm_version,
+        seed=args.seed,
+        trim_history=args.trim_history,
+    )
+    print(json.dumps(to_json(result), indent=2) if args.json else render_text(result))
+    return 0 if result.best is not None else 1
 
 
 def _objectives(args: argparse.Namespace) -> Objectives:

@@ -53,7 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
-    parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument(
+        "--engine",
+        type=_engine,
+        default="vllm",
+        help="vllm, sglang, or vllm,sglang (with --workload: compare the two and recommend one)",
+    )
     add_sglang_flags(parser)
     parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
@@ -61,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_vllm_flags(parser)
     return parser
+
+
+BOTH_ENGINES = "vllm,sglang"
+
+
+def _engine(value: str) -> str:
+    names = sorted({part.strip() for part in value.split(",") if part.strip()})
+    if not names or any(name not in ("vllm", "sglang") for name in names):
+        raise argparse.ArgumentTypeError(f"{value!r}: give vllm, sglang or vllm,sglang")
+    return names[0] if len(names) == 1 else BOTH_ENGINES
 
 
 def add_sglang_flags(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +174,8 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
     model = load_model(model_name)
     gpu = gpu_from_args(args)
     host = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
+    if args.engine == BOTH_ENGINES:
+        raise UsageError("--engine vllm,sglang compares the engines on a workload: add --workload")
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
