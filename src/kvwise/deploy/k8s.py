@@ -30,7 +30,7 @@ def image_step(spec: DeploySpec, out_dir: str) -> str:
 def render_k8s(spec: DeploySpec, out_dir: str) -> Rendered:
     gateway = gateway_objects(spec, upstream_urls(spec), redis_url())
     artefacts = (
-        Artefact("vllm.yaml", dump_all(vllm_objects(spec))),
+        Artefact(f"{spec.engine}.yaml", dump_all(vllm_objects(spec))),
         Artefact("redis.yaml", dump_all(redis_objects())),
         Artefact("gateway.yaml", dump_all(gateway)),
         Artefact("gateway.Dockerfile", dockerfile()),

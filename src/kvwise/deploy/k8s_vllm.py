@@ -1,4 +1,5 @@
-"""Kubernetes objects of the vLLM replicas: one Deployment and model-cache PVC per replica, and a
+"""Kubernetes objects of the engine replicas (vLLM, or SGLang with `--engine sglang`): one
+Deployment and model-cache PVC per replica, and a
 headless Service that gives each replica a stable name (`vllm-0.vllm:8000`) for the gateway.
 
 One Deployment per replica (replicas: 1, strategy Recreate: a GPU cannot surge) with
@@ -33,10 +34,10 @@ def upstream_urls(spec: DeploySpec) -> list[str]:
 def _container(spec: DeploySpec) -> dict[str, Any]:
     res = spec.resources
     return {
-        "name": "vllm",
+        "name": spec.engine,
         "image": spec.image,
-        "command": ["vllm", "serve"],
-        "args": [spec.model_id, *spec.engine_args, "--host", "0.0.0.0", "--port", str(VLLM_PORT)],
+        "command": spec.container_command,
+        "args": [*spec.container_args, "--host", "0.0.0.0", "--port", str(VLLM_PORT)],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "env": [
             {"name": "HF_HOME", "value": CACHE_PATH},
