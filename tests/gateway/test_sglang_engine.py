@@ -154,3 +154,21 @@ def test_attached_to_sglang_the_budget_is_the_engines_pool_and_its_queue_holds_r
                     return [(await first).status_code, second.status_code]
 
             assert asyncio.run(two_at_once()) == statuses
+
+
+def test_in_front_of_sglang_with_a_plan_the_gateway_enforces_the_sglang_plan(
+    tmp_path: Path,
+) -> None:
+    """`--engine sglang` with a MODEL and --gpu: SGLang's pool and running cap, not vLLM's."""
+    plan = plan_sglang(
+        load_model("Qwen/Qwen2.5-7B-Instruct"), resolve_gpu("rtx4090", None, detect=False),
+        VllmFlags(), SglangFlags(),
+    )  # fmt: skip
+    with fake_upstreams(Behaviour(metrics_text=DOCS_SAMPLE)) as ups:
+        args = ["Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx4090", "--engine", "sglang",
+                "--upstream", ups[0][0]]  # fmt: skip
+        with kvwise_serve(args, tmp_path) as (_, limits):
+            assert limits["replicas"][0]["kv_budget_tokens"] == plan.max_total_num_tokens  # type: ignore[index]
+            assert limits["kv_budget_source"] == "the plan"
+            assert limits["max_num_seqs"] == plan.max_running_requests
+            assert limits["max_model_len"] == plan.context_length

@@ -69,7 +69,9 @@ def sglang_deployment(
         max_num_seqs=result.max_running_requests,
         # --chunked-prefill-size -1 turns chunking off: a prefill batch takes whole prompts
         max_num_batched_tokens=chunk if chunk > 0 else result.context_length,
-        max_model_len=result.context_length,
+        # SGLang starts with a pool below the context length and then rejects longer requests
+        # (max_req_input_len, docs/sglang_rules.md): the engine rejects past the smaller
+        max_model_len=min(result.context_length, result.max_total_num_tokens),
         enable_prefix_caching=True,  # the radix cache is on unless --disable-radix-cache
         enable_chunked_prefill=True,
         scheduler="sglang",
