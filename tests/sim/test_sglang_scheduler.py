@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from kvwise.sim.runner import simulate
 from kvwise.sim.sglang_scheduler import SglangScheduler
 from kvwise.sim.workloads import WorkloadSpec, build_workload
@@ -85,3 +87,19 @@ def test_retraction_with_answer_room_interrupts_far_fewer_requests_than_recomput
     assert vllm_done == sglang_done == 48
     assert vllm_preemptions >= 20
     assert sglang_retractions * 4 <= vllm_preemptions
+
+
+@pytest.mark.parametrize("num_blocks", [40, 80, 160, 640])
+def test_every_request_finishes_from_a_tight_pool_to_an_ample_one(num_blocks: int) -> None:
+    """Long prompts chunked over several steps and long answers, on pools from barely one
+    request to all of them: retraction must never leave the engine stuck."""
+    config = flat_config(
+        num_blocks, block_size=16, max_num_seqs=32, max_num_batched_tokens=128,
+        max_model_len=min(600, (num_blocks - 1) * 16),
+    )  # fmt: skip
+    config = replace(config, engine=replace(config.engine, scheduler="sglang"))
+    spec = WorkloadSpec(kind="random", num_prompts=24, input_len=300, output_len=200,
+                        range_ratio=0.5, request_rate=50.0)  # fmt: skip
+    metrics = simulate(config, spec.validate(), seed=1).metrics
+    assert metrics["completed"] + metrics["rejected"] == 24
+    assert metrics["completed"] >= 20

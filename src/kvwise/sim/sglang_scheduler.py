@@ -151,11 +151,19 @@ class SglangScheduler(Scheduler):
 
     def _retract(self, decoders: list[Request]) -> list[Request]:
         """retract_decode: keep the requests with the most generated tokens (then the shortest
-        prompts); retract from the other end until the step fits, keeping at least one."""
-        kept = sorted(decoders, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens))
+        prompts); retract from the other end until the step fits, keeping at least one. A
+        request still in its chunked prefill holds KV too and has generated nothing: it goes
+        first."""
+        decoding = {r.request_id for r in decoders}
+        kept = sorted(
+            self.running.values(), key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens)
+        )
         kept.reverse()
-        while len(kept) > 1 and not self._decode_fits(kept):
+        while len(kept) > 1 and not self._decode_fits(
+            [r for r in kept if r.request_id in decoding]
+        ):
             self.retract(kept.pop())
+        kept = [r for r in kept if r.request_id in decoding]
         generated = sum(r.num_output_tokens for r in kept)
         max_new = sum(r.max_tokens for r in kept)
         self.new_token_ratio = min(
