@@ -15,8 +15,8 @@ import statistics
 from tests.planner.accuracy import (
     IN_SAMPLE,
     Scored,
+    batch_files,
     load,
-    out_of_sample_files,
     report_lines,
     score_all,
 )
@@ -40,8 +40,8 @@ def test_in_sample_figures_hold(fidelity_report: list[str]) -> None:
 
 
 def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> None:
-    scored = score_all(load(out_of_sample_files()))
-    fidelity_report.extend(report_lines("planner out-of-sample", scored))
+    scored = score_all(load(batch_files(held_out=False)))
+    fidelity_report.extend(report_lines("planner out-of-sample a-c", scored))
     assert len(scored) >= 100 and len({s.id for s in scored}) == len(scored)
     planned, median_error, verdicts = _figures(scored)
     assert (
