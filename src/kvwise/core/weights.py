@@ -221,6 +221,8 @@ def _expert_bytes_per_rank(
     moe = spec.moe
     if moe is None:
         return 0.0
+    if quant is not None and quant.experts is not None:
+        quant = quant.experts  # ModelOpt MIXED_PRECISION: the experts' own scheme
     mats = 3 if spec.gated_mlp else 2
     moe_layers = num_moe_layers(spec)
     # EP: ranks hold whole experts, the first ones one more when they do not divide evenly
@@ -323,6 +325,11 @@ def _modelled_bytes_per_rank(
     vocab_rank = _pad(spec.vocab_size, VOCAB_PADDING) // tp
     embedding = vocab_rank * spec.hidden_size * dtype_bytes  # never quantized
     lm_head = 0 if spec.tie_word_embeddings else embedding  # unquantized (lm_head_quantized off)
+    if lm_head and quant is not None and quant.lm_head is not None:
+        # ModelOpt quantizes a listed lm_head (ParallelLMHead), one scale set per vocab row
+        lm_head = int(
+            _quantized_bytes(lm_head / dtype_bytes, quant.lm_head, dtype_bytes, vocab_rank)
+        )
     layers = _sharded_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
     if pp == 1:
         return embedding + lm_head + layers
