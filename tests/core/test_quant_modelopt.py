@@ -61,3 +61,14 @@ def test_a_single_scheme_checkpoint_quantizes_every_linear() -> None:
 def test_an_unknown_modelopt_scheme_is_refused_in_one_line() -> None:
     with pytest.raises(UnsupportedModelError, match="not modelled: quantization modelopt W4A8_AWQ"):
         parse_quantization({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "some/model")
+
+
+def test_an_nvfp4_plan_does_not_carry_the_awq_marlin_warning() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.planner import plan
+
+    model = spec_from_config(_config(), "nvidia/Qwen3.6-35B-A3B-NVFP4")
+    result = plan(model, find_gpu("rtx5090"), VllmFlags(max_model_len=32768), vllm_version="0.24.0")
+    assert result.flags.dtype == "bfloat16"
+    assert not [w for w in result.warnings if "AWQ/GPTQ Marlin" in w]
