@@ -28,8 +28,13 @@ NOT_MODELLED_ARCHITECTURES = {
     "FalconH1ForCausalLM": "parallel attention + Mamba-2 mixers in one layer",
     "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL's vision encoder profiling (one dummy image "
     "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
-    "MllamaForConditionalGeneration": "cross-attention KV of the vision layers (CrossAttentionSpec, "
-    "sized by max_num_encoder_input_tokens)",
+    # vLLM 0.6.3 worker/enc_dec_model_runner.py profile_run and models/mllama.py
+    # get_max_mllama_image_tokens / dummy_image; V1 kv_cache_interface.py CrossAttentionSpec
+    "MllamaForConditionalGeneration": "the cross-attention layers' KV of the image tokens and "
+    "the vision encoder's profile pass (V0 0.6.x profiles max_num_seqs dummy sequences, each "
+    "with a 1024x1024 image of max_num_tiles x ((image_size // 14)^2 + 1) encoder tokens; V1 "
+    "keeps cross-attention KV per request, CrossAttentionSpec sized by "
+    "max_num_encoder_input_tokens)",
 }
 
 
