@@ -72,3 +72,20 @@ def test_an_nvfp4_plan_does_not_carry_the_awq_marlin_warning() -> None:
     result = plan(model, find_gpu("rtx5090"), VllmFlags(max_model_len=32768), vllm_version="0.24.0")
     assert result.flags.dtype == "bfloat16"
     assert not [w for w in result.warnings if "AWQ/GPTQ Marlin" in w]
+
+
+def test_mixed_schemes_across_the_linear_layers_are_refused_naming_both() -> None:
+    # the shape of nvidia/Qwen3.6-27B-NVFP4 (aiconfigurator's copy): FP8 attention, NVFP4 MLPs
+    layers = {
+        "model.language_model.layers.3.self_attn.q_proj": {"quant_algo": "FP8"},
+        "model.language_model.layers.3.mlp.gate_proj": {"quant_algo": "W4A16_NVFP4"},
+    }
+    config = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "quantized_layers": layers,
+    }
+    with pytest.raises(
+        UnsupportedModelError, match="modelopt FP8/W4A16_NVFP4 on the linear layers"
+    ):
+        parse_quantization(config, "nvidia/Qwen3.6-27B-NVFP4")
