@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kvwise.core.catalog import catalog_entries
 from kvwise.core.models import spec_from_config
 from kvwise.core.quant import parse_quantization
 from kvwise.core.weights import weight_bytes_per_rank
@@ -48,6 +49,10 @@ def test_experts_and_lm_head_take_their_own_scheme() -> None:
     fp8_experts = replace(model.quant, experts=None)
     experts = 40 * 256 * 3 * 2_048 * 512
     assert weight_bytes_per_rank(model, quant=fp8_experts) - whole == experts * (1 - 0.5625)
+    # the shared expert of every layer, 3 x 2,048 x 512: NVFP4 too, not the attention's FP8
+    fp8_shared = replace(model.quant, mlp=None)
+    shared = 40 * 3 * 2_048 * 512
+    assert weight_bytes_per_rank(model, quant=fp8_shared) - whole == shared * (1 - 0.5625)
 
 
 def test_a_single_scheme_checkpoint_quantizes_every_linear() -> None:
@@ -74,18 +79,48 @@ def test_an_nvfp4_plan_does_not_carry_the_awq_marlin_warning() -> None:
     assert not [w for w in result.warnings if "AWQ/GPTQ Marlin" in w]
 
 
-def test_mixed_schemes_across_the_linear_layers_are_refused_naming_both() -> None:
-    # the shape of nvidia/Qwen3.6-27B-NVFP4 (aiconfigurator's copy): FP8 attention, NVFP4 MLPs
+def _dense_mixed_config() -> dict[str, Any]:
+    """Qwen3.5-27B's published config with a quantization_config in the shape of
+    nvidia/Qwen3.6-27B-NVFP4's (aiconfigurator's copy): FP8 attention and DeltaNet projections,
+    W4A16_NVFP4 MLPs and lm_head."""
+    config = next(e for e in catalog_entries() if e.model_id == "Qwen/Qwen3.5-27B").config
+    layers: dict[str, dict[str, str]] = {"lm_head": {"quant_algo": "W4A16_NVFP4"}}
+    for i, kind in enumerate(config["text_config"]["layer_types"]):
+        prefix = f"model.language_model.layers.{i}"
+        mixer = ("self_attn.q_proj",) if kind == "full_attention" else ("linear_attn.out_proj",)
+        for name in mixer:
+            layers[f"{prefix}.{name}"] = {"quant_algo": "FP8"}
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            layers[f"{prefix}.mlp.{name}"] = {"quant_algo": "W4A16_NVFP4"}
+    quant = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "quantized_layers": layers,
+    }
+    return {**config, "quantization_config": quant}
+
+
+def test_a_dense_checkpoint_gives_its_mlps_their_own_scheme() -> None:
+    model = spec_from_config(_dense_mixed_config(), "nvidia/Qwen3.6-27B-NVFP4")
+    assert model.quant is not None and model.quant.mlp is not None
+    assert model.quant.bits == 8 and model.quant.mlp.bytes_per_param() == 0.5 + 1 / 16
+    # the 64 gated MLPs, 3 x 5,120 x 17,408 weights each: 0.5625 B in NVFP4 instead of 1 B in FP8
+    mlp = 64 * 3 * 5_120 * 17_408
+    fp8_mlps = replace(model.quant, mlp=None)
+    assert weight_bytes_per_rank(model, quant=fp8_mlps) - weight_bytes_per_rank(model) == (
+        mlp * (1 - 0.5625)
+    )
+
+
+def test_mixed_schemes_within_the_attention_layers_are_refused_naming_both() -> None:
     layers = {
         "model.language_model.layers.3.self_attn.q_proj": {"quant_algo": "FP8"},
-        "model.language_model.layers.3.mlp.gate_proj": {"quant_algo": "W4A16_NVFP4"},
+        "model.language_model.layers.3.self_attn.k_proj": {"quant_algo": "NVFP4"},
     }
     config = {
         "quant_method": "modelopt",
         "quant_algo": "MIXED_PRECISION",
         "quantized_layers": layers,
     }
-    with pytest.raises(
-        UnsupportedModelError, match="modelopt FP8/W4A16_NVFP4 on the linear layers"
-    ):
-        parse_quantization(config, "nvidia/Qwen3.6-27B-NVFP4")
+    with pytest.raises(UnsupportedModelError, match="modelopt FP8/NVFP4 on the attention layers"):
+        parse_quantization(config, "some/model")

@@ -26,9 +26,9 @@ each vLLM quantization method allocates in `create_weights` (vllm-project/vllm, 
   [out, in/2] + fp8 scales per 16 weights = 0.5 + 1/16 B/param, plus per-tensor fp32 scales);
   MIXED_PRECISION (ModelOptMixedPrecisionConfig) picks one of those per layer from
   `quantized_layers` and leaves layers it does not list unquantized, and it quantizes `lm_head`
-  when listed (get_quant_method takes ParallelLMHead). kvwise keeps one scheme for the linear
-  layers, one for the routed experts and one for lm_head; the shared experts, which kvwise
-  counts with the linear layers, take the linear scheme.
+  when listed (get_quant_method takes ParallelLMHead). kvwise keeps one scheme each for the
+  attention / linear-attention projections, the MLPs (dense or shared experts), the routed
+  experts and lm_head, and refuses a checkpoint that mixes schemes within one of them.
 * MXFP4 (`mxfp4.py`): only the MoE experts are quantized (uint8 blocks of two e2m1 values + one
   e8m0 uint8 scale per 32 weights = 0.5 + 1/32 B/param); every `LinearBase` layer (attention,
   router) gets `UnquantizedLinearMethod` and stays in the model dtype.
@@ -60,6 +60,7 @@ class QuantSpec:
     unquantized_modules: tuple[str, ...] = ()  # names the checkpoint keeps in the model dtype
     is_experts_only: bool = False  # only MoE experts quantized, all linear layers in model dtype
     experts: QuantSpec | None = None  # the routed experts' scheme where it differs (ModelOpt)
+    mlp: QuantSpec | None = None  # dense MLPs' / shared experts' scheme where it differs (ModelOpt)
     lm_head: QuantSpec | None = None  # a quantized lm_head's scheme (ModelOpt); None: model dtype
 
     def bytes_per_param(self) -> float:
@@ -305,34 +306,29 @@ def _modelopt(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
     if algo != "MIXED_PRECISION":
         scheme = _modelopt_scheme({algo}, "every linear layer", model_id)
         return replace(scheme, unquantized_modules=skip) if scheme else None
-    parts: dict[str, set[str]] = {
-        "experts": set(),
-        "lm_head": set(),
-        "linear": set(),
-        "shared": set(),
-    }
+    parts: dict[str, set[str]] = {"experts": set(), "lm_head": set(), "linear": set(), "mlp": set()}
     for name, layer in (qc.get("quantized_layers") or {}).items():
-        part = "shared" if ".shared_expert." in name else "linear"
+        part = "mlp" if ".mlp." in f"{name}." or ".shared_expert." in name else "linear"
         part = "lm_head" if name.split(".")[-1] == "lm_head" else part
         part = "experts" if name.endswith(".experts") else part
         parts[part].add(str(layer.get("quant_algo", "")).upper())
-    # shared experts are counted with the linear layers, in their scheme (module docstring)
-    parts["linear"] = parts["linear"] or parts["shared"]
-    linear = _modelopt_scheme(parts["linear"], "the linear layers", model_id)
+    linear = _modelopt_scheme(parts["linear"], "the attention layers", model_id)
+    mlp = _modelopt_scheme(parts["mlp"], "the MLPs", model_id)
     experts = _modelopt_scheme(parts["experts"], "the experts", model_id)
     lm_head = _modelopt_scheme(parts["lm_head"], "lm_head", model_id)
-    base = linear or experts
+    base = linear or mlp or experts
     if base is None:
         return None
-    names = [f"{s.scheme} {p}" for p, s in (("linears", linear), ("experts", experts)) if s]
-    names += [f"{lm_head.scheme} lm_head"] if lm_head else []
+    named = (("attention", linear), ("MLPs", mlp), ("experts", experts), ("lm_head", lm_head))
+    names = ", ".join(f"{spec.scheme} {part}" for part, spec in named if spec)
     return replace(
         base,
-        scheme=f"MIXED_PRECISION ({', '.join(names)})",
+        scheme=f"MIXED_PRECISION ({names})",
         unquantized_modules=skip,
+        mlp=mlp if mlp != base else None,
         experts=experts if experts != base else None,
         lm_head=lm_head,
-        is_experts_only=linear is None,
+        is_experts_only=linear is None and mlp is None,
     )
 
 
