@@ -74,6 +74,13 @@ def test_vision_tower_counts_qwen3_vl_modules() -> None:
     assert model.vision.num_params == 1_770_624 + 2_654_208 + 27 * 15_239_504 + 44_838_656
 
 
+def test_a_config_without_architectures_is_read_by_its_model_type() -> None:
+    config = _config("Qwen/Qwen3.5-35B-A3B")
+    del config["architectures"]
+    model = spec_from_config(config, "Qwen/Qwen3.5-35B-A3B")
+    assert model.architecture == "Qwen3_5MoeForConditionalGeneration" and model.moe is not None
+
+
 def test_moe_sibling_reads_experts_on_every_layer() -> None:
     model = load_model("Qwen/Qwen3.5-35B-A3B")
     assert model.moe is not None
