@@ -21,17 +21,26 @@ each vLLM quantization method allocates in `create_weights` (vllm-project/vllm, 
   packed two per byte + one fp32 absmax per 64-weight block. With double quantization the
   checkpoint stores uint8 absmax, but vLLM's loader dequantizes them back to fp32 at load
   (`dequantize_dq`), so memory is 0.5 + 4/64 B/param either way. 8-bit: int8 + fp32 row scales.
+* ModelOpt (`modelopt.py`, v0.24.0): FP8 (ModelOptFp8LinearMethod: 1 B + per-tensor fp32 scales),
+  NVFP4 and W4A16_NVFP4 (ModelOptNvFp4[W4A16]LinearMethod, ModelOptNvFp4FusedMoE: uint8
+  [out, in/2] + fp8 scales per 16 weights = 0.5 + 1/16 B/param, plus per-tensor fp32 scales);
+  MIXED_PRECISION (ModelOptMixedPrecisionConfig) picks one of those per layer from
+  `quantized_layers` and leaves layers it does not list unquantized, and it quantizes `lm_head`
+  when listed (get_quant_method takes ParallelLMHead). kvwise keeps one scheme each for the
+  attention / linear-attention projections, the MLPs (dense or shared experts), the routed
+  experts and lm_head, and refuses a checkpoint that mixes schemes within one of them.
 * MXFP4 (`mxfp4.py`): only the MoE experts are quantized (uint8 blocks of two e2m1 values + one
   e8m0 uint8 scale per 32 weights = 0.5 + 1/32 B/param); every `LinearBase` layer (attention,
   router) gets `UnquantizedLinearMethod` and stays in the model dtype.
 
-Embeddings and `lm_head` stay in the model dtype for every method here, norms and biases too.
+Embeddings stay in the model dtype for every method here, norms and biases too; `lm_head` too,
+except where a ModelOpt checkpoint lists it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvwise.errors import UnsupportedModelError
@@ -50,6 +59,9 @@ class QuantSpec:
     scheme: str = ""  # the variant, as its publishers name it (nf4, W8A8, FP8 block 128x128, ...)
     unquantized_modules: tuple[str, ...] = ()  # names the checkpoint keeps in the model dtype
     is_experts_only: bool = False  # only MoE experts quantized, all linear layers in model dtype
+    experts: QuantSpec | None = None  # the routed experts' scheme where it differs (ModelOpt)
+    mlp: QuantSpec | None = None  # dense MLPs' / shared experts' scheme where it differs (ModelOpt)
+    lm_head: QuantSpec | None = None  # a quantized lm_head's scheme (ModelOpt); None: model dtype
 
     def bytes_per_param(self) -> float:
         """Average bytes per parameter of a quantized linear weight matrix."""
@@ -271,6 +283,55 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
     )
 
 
+MODELOPT_SCHEMES = {
+    "FP8": QuantSpec("modelopt", 8, PER_TENSOR, scale_bytes=4, scheme="FP8 per tensor"),
+    "NVFP4": QuantSpec("modelopt", 4, 16, scale_bytes=1, scheme="NVFP4"),
+    "W4A16_NVFP4": QuantSpec("modelopt", 4, 16, scale_bytes=1, scheme="W4A16_NVFP4"),
+}
+
+
+def _modelopt_scheme(algos: set[str], part: str, model_id: str) -> QuantSpec | None:
+    if not algos:
+        return None
+    if len(algos) > 1 or next(iter(algos)) not in MODELOPT_SCHEMES:
+        raise UnsupportedModelError(
+            f"{model_id}: not modelled: quantization modelopt {'/'.join(sorted(algos))} on {part}"
+        )
+    return MODELOPT_SCHEMES[next(iter(algos))]
+
+
+def _modelopt(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
+    skip = _names(qc.get("ignore") or qc.get("exclude_modules"))
+    algo = str(qc.get("quant_algo", "")).upper()
+    if algo != "MIXED_PRECISION":
+        scheme = _modelopt_scheme({algo}, "every linear layer", model_id)
+        return replace(scheme, unquantized_modules=skip) if scheme else None
+    parts: dict[str, set[str]] = {"experts": set(), "lm_head": set(), "linear": set(), "mlp": set()}
+    for name, layer in (qc.get("quantized_layers") or {}).items():
+        part = "mlp" if ".mlp." in f"{name}." or ".shared_expert." in name else "linear"
+        part = "lm_head" if name.split(".")[-1] == "lm_head" else part
+        part = "experts" if name.endswith(".experts") else part
+        parts[part].add(str(layer.get("quant_algo", "")).upper())
+    linear = _modelopt_scheme(parts["linear"], "the attention layers", model_id)
+    mlp = _modelopt_scheme(parts["mlp"], "the MLPs", model_id)
+    experts = _modelopt_scheme(parts["experts"], "the experts", model_id)
+    lm_head = _modelopt_scheme(parts["lm_head"], "lm_head", model_id)
+    base = linear or mlp or experts
+    if base is None:
+        return None
+    named = (("attention", linear), ("MLPs", mlp), ("experts", experts), ("lm_head", lm_head))
+    names = ", ".join(f"{spec.scheme} {part}" for part, spec in named if spec)
+    return replace(
+        base,
+        scheme=f"MIXED_PRECISION ({names})",
+        unquantized_modules=skip,
+        mlp=mlp if mlp != base else None,
+        experts=experts if experts != base else None,
+        lm_head=lm_head,
+        is_experts_only=linear is None and mlp is None,
+    )
+
+
 # quantization_config["quant_method"] -> how to read it (vLLM's names)
 PARSERS: dict[str, Callable[[dict[str, Any], str], QuantSpec | None]] = {
     "awq": _awq,
@@ -281,6 +342,7 @@ PARSERS: dict[str, Callable[[dict[str, Any], str], QuantSpec | None]] = {
     "bitsandbytes": _bitsandbytes,
     "compressed-tensors": _compressed_tensors,
     "mxfp4": _mxfp4,
+    "modelopt": _modelopt,
 }
 
 
