@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
+        "--plot", metavar="FILE", help="charts: FILE.html (self-contained inline SVG)"
     )
     parser.add_argument(
         "--compare",
