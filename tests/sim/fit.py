@@ -31,12 +31,11 @@ COEFFICIENT_NAMES = (*BASIS_NAMES, *FRONT_END_NAMES)
 
 def values_of(coefficients: StepTimeCoefficients) -> tuple[float, ...]:
     """Every coefficient, in COEFFICIENT_NAMES order."""
-    return (*coefficients.vector(), *coefficients.front_end_vector())
+    return tuple(getattr(coefficients, name) for name in COEFFICIENT_NAMES)
 
 
 def from_values(values: list[float] | tuple[float, ...]) -> StepTimeCoefficients:
-    step, front_end = values[: len(BASIS_NAMES)], values[len(BASIS_NAMES) :]
-    return StepTimeCoefficients.from_vector(list(step), *front_end)
+    return StepTimeCoefficients(**dict(zip(COEFFICIENT_NAMES, values, strict=True)))
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def test_gpu_memory_from_nvml_shows_in_json_and_in_the_view(
     from kvwise.core import gpus
 
     card = gpus.find_gpu("rtx4090")
-    seen = replace(card, free_bytes=card.memory_bytes - 20 * gpus.GIB, memory_source="NVML")
+    seen = replace(card, free_bytes=card.memory_bytes - 20 * gpus.GIB)
     monkeypatch.setattr(gpus, "detect_gpus", lambda: [seen])
     with (
         metered_upstream() as (url, upstream),

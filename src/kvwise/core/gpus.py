@@ -24,7 +24,6 @@ class GpuSpec:
     compute_capability: str = "8.0"  # CUDA sm version, or the gfx target on AMD ("gfx942")
     interconnect_bytes_s: float = 32e9  # per-direction GPU-to-GPU bandwidth (PCIe or NVLink)
     free_bytes: int | None = None  # measured free memory (NVML), when known
-    memory_source: str = ""
     key: str = ""  # what --gpu takes for this catalog entry ("" for a card known only by size)
 
     @property
@@ -68,7 +67,6 @@ def _from_entry(entry: dict[str, Any]) -> GpuSpec:
         fp8_flops=None if fp8 is None else float(fp8) * 1e12,
         compute_capability=str(entry["compute_capability"]),
         interconnect_bytes_s=float(entry["interconnect_gb_s"]) * 1e9,
-        memory_source=str(entry["memory_source"]),
         key=str(entry["key"]),
     )
 
@@ -100,7 +98,6 @@ def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
         fp8_flops=base.fp8_flops,
         compute_capability=base.compute_capability,
         interconnect_bytes_s=base.interconnect_bytes_s,
-        memory_source="--gpu-memory-gib",
         key=key,
     )
 
@@ -172,7 +169,6 @@ def detect_gpus() -> list[GpuSpec]:
                     compute_capability=base.compute_capability,
                     interconnect_bytes_s=base.interconnect_bytes_s,
                     free_bytes=int(info.free),
-                    memory_source="NVML",
                     key=base.key,
                 )
             )

@@ -74,7 +74,6 @@ class VersionRules:
     v2_profile_sampler_tensors: tuple[str, ...]  # [rows, vocab] tensors at V2's profile sampler
     v2_warmup_sampler_tensors: tuple[str, ...]  # and at its warmup_kernels sampler step
     hybrid_kv_groups: bool  # sliding and full layers in separate KV-cache groups (V1 0.9.1+)
-    custom_all_reduce: str  # "v0": three 8 MiB IPC buffers when enabled
     distributed_init_before_snapshot: bool  # NCCL and custom all-reduce set up before it (0.11+)
     lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
     lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
