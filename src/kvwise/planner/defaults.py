@@ -7,13 +7,12 @@ full set vLLM would run with on this GPU, and rejects combinations vLLM itself r
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
+from kvwise.core.data_files import read_json
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import SLIDING, ModelSpec
@@ -93,8 +92,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 @cache
 def _rules_data() -> dict[str, Any]:
-    raw = resources.files("kvwise.core").joinpath("data/vllm_versions.json").read_text()
-    data: dict[str, Any] = json.loads(raw)
+    data: dict[str, Any] = read_json("vllm_versions.json")
     return data
 
 
@@ -233,8 +231,7 @@ def _check_quantization(
 
 @cache
 def _quant_capability_rules() -> list[dict[str, Any]]:
-    raw = resources.files("kvwise.core").joinpath("data/quant_capability.json").read_text()
-    return list(json.loads(raw)["rules"])
+    return list(read_json("quant_capability.json")["rules"])
 
 
 def min_capability(method: str, version: str) -> int | None:
