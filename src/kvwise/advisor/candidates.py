@@ -134,8 +134,3 @@ def candidates(
                     )
                     out.append(Candidate(variant, flags, replicas))
     return out
-
-
-def vllm_defaults(model: ModelSpec, base: VllmFlags) -> Candidate:
-    """What the user gets by changing nothing: the reference point of every recommendation."""
-    return Candidate(model, base, 1)

@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from kvwise.core.catalog import load_model
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
 from kvwise.core.gpus import GpuSpec, resolve_gpu
 from kvwise.core.models import ModelSpec
@@ -30,15 +31,8 @@ from kvwise.sim.workloads import (
 PROGRESS_ABOVE_REQUESTS = 2000  # show a progress bar for runs this long (on a terminal)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="kvwise simulate",
         description="How a workload behaves on a vLLM deployment: latency, throughput, KV use, preemptions.",
         epilog='Compare configurations: --compare "--max-num-seqs 32" "--kv-cache-dtype fp8"',
@@ -61,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
+        "--plot", metavar="FILE", help="charts: FILE.html (self-contained inline SVG)"
     )
     parser.add_argument(
         "--compare",
@@ -84,7 +78,7 @@ def _gpu(args: argparse.Namespace) -> GpuSpec:
 
 
 def _compare_flags(base: VllmFlags, text: str) -> VllmFlags:
-    parser = _Parser(prog="--compare", add_help=False)
+    parser = CommandParser(prog="--compare", add_help=False)
     add_vllm_flags(parser)
     try:
         args = parser.parse_args(shlex.split(text))

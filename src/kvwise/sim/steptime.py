@@ -72,24 +72,8 @@ class StepTimeCoefficients:
     api_overhead_s: float = 10e-3
     frontend_request_s: float = 0.0
 
-    def front_end_vector(self) -> tuple[float, float]:
-        return (self.api_overhead_s, self.frontend_request_s)
-
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
-
-    @classmethod
-    def from_vector(
-        cls,
-        values: tuple[float, ...] | list[float],
-        api_overhead_s: float,
-        frontend_request_s: float = 0.0,
-    ) -> StepTimeCoefficients:
-        return cls(
-            **dict(zip(BASIS_NAMES, values, strict=False)),
-            api_overhead_s=api_overhead_s,
-            frontend_request_s=frontend_request_s,
-        )
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
