@@ -267,11 +267,10 @@ def _modelopt_scheme(algos: set[str], part: str, model_id: str) -> QuantSpec | N
 
 
 def _modelopt(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
-    skip = _names(qc.get("ignore") or qc.get("exclude_modules"))
     algo = str(qc.get("quant_algo", "")).upper()
     if algo != "MIXED_PRECISION":
         scheme = _modelopt_scheme({algo}, "every linear layer", model_id)
-        return replace(scheme, unquantized_modules=skip) if scheme else None
+        return scheme
     parts: dict[str, set[str]] = {"experts": set(), "lm_head": set(), "linear": set(), "mlp": set()}
     for name, layer in (qc.get("quantized_layers") or {}).items():
         part = "mlp" if ".mlp." in f"{name}." or ".shared_expert." in name else "linear"
@@ -290,7 +289,6 @@ def _modelopt(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
     return replace(
         base,
         scheme=f"MIXED_PRECISION ({names})",
-        unquantized_modules=skip,
         mlp=mlp if mlp != base else None,
         experts=experts if experts != base else None,
         lm_head=lm_head,
