@@ -37,6 +37,7 @@ from tests.gateway.servers import (
     session_config,
     wait_until,
 )
+from tests.gateway.test_cli import kvwise_serve
 
 NAME = "vllm-headless.default.svc.cluster.local"
 ADMIN = {"authorization": "Bearer admin-key"}
@@ -216,3 +217,26 @@ def test_bad_dns_flags_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     argv = ["serve", "--upstream-dns", f"{NAME}:8000", "--dns-server", "dns.local"]
     assert main(argv) == 2
     assert "nameserver's IP address" in capsys.readouterr().err
+
+
+def test_kvwise_serve_learns_its_limits_from_a_replica_the_name_resolves_to(
+    tmp_path: Path,
+) -> None:
+    address, port = "127.0.0.2", free_port()
+    with dns_server() as (records, dns_port), fakes_on([address], port) as fakes:
+        fakes[address].behaviour.pool_tokens = 48_000
+        fakes[address].behaviour.max_model_len = 3000
+        records.set(NAME, [address])
+        args = ["--upstream-dns", f"{NAME}:{port}", "--dns-server", f"127.0.0.1:{dns_port}",
+                "--admin-key", "admin-key"]  # fmt: skip
+        with kvwise_serve(args, tmp_path) as (url, limits):
+            assert limits["replicas"] == []  # none named: found by DNS
+            assert limits["replicas_from_dns"] == {
+                "name": f"{NAME}:{port}", "interval_s": 5.0, "kv_budget_tokens": 48_000
+            }  # fmt: skip
+            assert limits["max_model_len"] == 3000  # read from the replica the name gave
+            rows = httpx.get(f"{url}/kvwise/replicas", headers=ADMIN).json()["replicas"]
+            assert [(r["url"], r["state"], r["source"]) for r in rows] == [
+                (f"http://{address}:{port}", "serving", "dns")
+            ]
+            assert httpx.post(f"{url}/v1/chat/completions", json=CHAT).status_code == 200
