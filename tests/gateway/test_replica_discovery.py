@@ -27,6 +27,8 @@ from kvwise.gateway.config import SecurityConfig
 from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
 from kvwise.gateway.membership import MembershipConfig
 from kvwise.gateway.replica_dns import DnsTarget, resolve_urls
+from kvwise.gateway.replicas import Replica
+from kvwise.gateway.routing import Router
 from tests.engine_fixture import free_port
 from tests.gateway.dns_server import Records, dns_server
 from tests.gateway.servers import (
@@ -240,3 +242,17 @@ def test_kvwise_serve_learns_its_limits_from_a_replica_the_name_resolves_to(
                 (f"http://{address}:{port}", "serving", "dns")
             ]
             assert httpx.post(f"{url}/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_draining_one_replica_moves_only_its_own_keys() -> None:
+    replicas = [Replica(f"r{i}", f"http://10.0.0.{i}:8000", 10_000) for i in range(3)]
+    router = Router(replicas)
+    keys = [f"session:open/s{i}" for i in range(300)]
+    before = {key: router.pick(key, 100) for key in keys}
+    replicas[1].is_draining = True
+    router.rebuild(replicas)
+    after = {key: router.pick(key, 100) for key in keys}
+    moved = {key for key in keys if after[key] is not before[key]}
+    assert moved == {key for key in keys if before[key] is replicas[1]}
+    assert 50 < len(moved) < 150  # about a third
+    assert replicas[1] not in after.values()

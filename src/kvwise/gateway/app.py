@@ -112,6 +112,7 @@ class Gateway:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+        await self.membership.close()
         await self.admission.close()
         await self.http.aclose()
         self.upstream.close()

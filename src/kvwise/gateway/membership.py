@@ -16,6 +16,7 @@ from DNS until an admin adds it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -58,16 +59,37 @@ class Membership:
         self.sources = {r.url: "static" for r in replicas}
         self.drained_by_admin: set[str] = set()
         self._next_dns_s = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._has_refreshed = False
 
     async def tick(self) -> None:
-        """Once per health interval: DNS when due, joins that pass, drains that are done."""
-        if self.config.dns is not None and time.monotonic() >= self._next_dns_s:
-            self._next_dns_s = time.monotonic() + self.config.dns_interval_s
-            urls = await resolve_urls(self.config.dns)
-            if urls is not None:
-                self.follow_dns(urls)
-        await self._admit_pending()
+        """Once per health interval: drains that are done, and DNS when due and joins that pass.
+        The first tick (at start, before the first request) waits for them; later ones run them
+        beside the health checks, so a slow nameserver or a pending replica that does not answer
+        cannot hold up the checks of the replicas in service."""
         self.drop_drained()
+        if not self._has_refreshed:
+            self._has_refreshed = True
+            await self._refresh()
+        elif self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def close(self) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refreshing
+
+    async def _refresh(self) -> None:
+        try:
+            if self.config.dns is not None and time.monotonic() >= self._next_dns_s:
+                self._next_dns_s = time.monotonic() + self.config.dns_interval_s
+                urls = await resolve_urls(self.config.dns)
+                if urls is not None:
+                    self.follow_dns(urls)
+            await self._admit_pending()
+        except Exception:  # the next tick tries again
+            log.exception("replica discovery failed")
 
     def follow_dns(self, urls: set[str]) -> None:
         known = {r.url: r for r in self.replicas}
@@ -77,7 +99,7 @@ class Membership:
             if self.sources.get(url) != "dns":
                 continue
             if url not in urls and not replica.is_draining:
-                self.drain(url, "gone from DNS")
+                self.drain(url, by_admin=False)
             elif url in urls and replica.is_draining and url not in self.drained_by_admin:
                 self._set_draining(replica, False)
                 log.warning("replica %s is listed again: back in service", replica.name)
@@ -97,14 +119,16 @@ class Membership:
         await self._admit_pending()
         return "serving" if url not in self.pending else "pending"
 
-    def drain(self, url: str, reason: str = "drained by an admin") -> Replica | None:
+    def drain(self, url: str, *, by_admin: bool = True) -> Replica | None:
+        """Out of the ring now; dropped once idle. An admin's drain holds against DNS."""
         url = url.rstrip("/")
-        if reason == "drained by an admin":
+        if by_admin:
             self.drained_by_admin.add(url)
         if self.pending.pop(url, None) is not None:
             return None
         replica = next((r for r in self.replicas if r.url == url), None)
         if replica is not None and not replica.is_draining:
+            reason = "drained by an admin" if by_admin else "gone from DNS"
             log.warning("replica %s draining (%s): %d request(s) in flight finish there",
                         replica.name, reason, replica.num_in_flight)  # fmt: skip
             self._set_draining(replica, True)
