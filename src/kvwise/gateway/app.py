@@ -280,7 +280,7 @@ def _address(scope: Scope) -> str:
 async def _health(request: Request) -> Response:
     """Up or down for anyone (load balancers); the replicas and their addresses for admins."""
     gateway: Gateway = request.app.state.gateway
-    status = 200 if any(r.is_healthy for r in gateway.replicas) else 503
+    status = 200 if any(r.is_in_service for r in gateway.replicas) else 503
     body: dict[str, Any] = {"status": "ok" if status == 200 else "unavailable"}
     try:
         if gateway.is_admin(request.scope):
