@@ -256,3 +256,21 @@ def test_draining_one_replica_moves_only_its_own_keys() -> None:
     assert moved == {key for key in keys if before[key] is replicas[1]}
     assert 50 < len(moved) < 150  # about a third
     assert replicas[1] not in after.values()
+
+
+def test_a_nameserver_that_does_not_answer_does_not_slow_the_health_checks() -> None:
+    silent_port = free_port()  # nothing answers there: each resolution waits out its 2 s twice
+    with fakes_on(["127.0.0.2"], free_port()) as fakes:
+        (address, fake), = fakes.items()  # fmt: skip
+        url = f"http://{address}:{fake.server.port if fake.server else 0}"
+        target = DnsTarget(NAME, 8000, "127.0.0.1", silent_port)
+        config = make_config([url], membership=MembershipConfig(100_000, None, target, 0.2),
+                             health_timeout_s=0.3, health_failures=1)  # fmt: skip
+        with running_gateway(config) as gw:
+            assert httpx.get(f"{gw.url}/health").status_code == 200
+            fake.behaviour.is_hung = True  # the engine stops answering
+            started = time.monotonic()
+            assert wait_until(lambda: httpx.get(f"{gw.url}/health").status_code == 503, 10)
+            # seen at a health tick (0.2 s + a 0.3 s probe), not after the ~4 s resolution
+            assert time.monotonic() - started < 2.0
+            fake.behaviour.is_hung = False
