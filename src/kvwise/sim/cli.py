@@ -19,6 +19,7 @@ from kvwise.errors import UsageError
 from kvwise.sim.deploy import Deployment, deployment
 from kvwise.sim.report import Run, print_report, simulation_json
 from kvwise.sim.runner import SimResult, simulate
+from kvwise.sim.topology_flags import add_topology_flags, replica_topology
 from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags, spec_from_args
 from kvwise.sim.workloads import (
     WORKLOAD_KINDS,
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_flags(parser)
     add_workload_flags(parser, default_kind=None)
     add_trimming_flag(parser)
+    add_topology_flags(parser.add_argument_group("nodes and links (tensor / pipeline parallel)"))
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
@@ -134,7 +136,10 @@ def _deployed(
     workload: Workload,
 ) -> Deployment:
     """The deployment with the history trimming of kvwise's gateway, as `plan --workload` has."""
-    dep = deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label)
+    topology = replica_topology(args, flags)
+    dep = deployment(
+        model, gpu, flags, vllm_version=args.vllm_version, label=label, topology=topology
+    )
     budget = history_budget_tokens(
         workload, dep.plan.flags.max_model_len, trim_history=args.trim_history
     )
