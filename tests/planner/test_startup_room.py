@@ -64,3 +64,12 @@ def test_capture_verdict_stands_where_nccl_is_not_in_the_graphs_or_room_covers_t
     assert _llama_on_l4(2, gpu_memory_utilization=0.9).starts  # two PCIe GPUs: custom all-reduce
     assert _llama_on_l4(4, gpu_memory_utilization=0.9, enforce_eager=True).starts  # no graphs
     assert _llama_on_l4(4, gpu_memory_utilization=0.8).starts  # 3.9 GiB beside the budget
+
+
+def test_two_geforce_cards_without_p2p_keep_a_verdict() -> None:
+    # two RTX 4090s (no P2P: NCCL carries the captured all-reduces) at vLLM's default 0.92 leave
+    # under 2 GiB beside the budget; such pairs start in public logs (the in-sample vllm#28228:
+    # 2x RTX 3090 at 0.95), so the plan answers "starts", not "not modelled"
+    pair = _plan("Qwen/Qwen2.5-7B-Instruct", "rtx4090", "0.33.0", tensor_parallel_size=2)
+    assert pair.verdict_not_modelled is None
+    assert pair.starts

@@ -144,7 +144,7 @@ def discover_limits(
             budget, budget_source = planned.kv_tokens, "the plan"
         if max_len is None or max_len == -1:
             max_len, max_len_source = planned.max_model_len, "the plan"
-    if budget is None or max_len is None or max_len == -1:
+    if urls and (budget is None or max_len is None or max_len == -1):
         pool, engine_len, pool_source = _engine_limits(urls[0])
         if budget is None and pool is not None:
             budget, budget_source = pool, f"the engine's KV pool ({pool_source})"

@@ -240,8 +240,12 @@ def _multi_gpu_bytes(gpu: GpuSpec, tp: int, rules: VersionRules) -> int:
 # all-reduce gets a capture context of its own), and what NCCL allocates for captured
 # collectives is NCCL's, not in vLLM's source. kvwise's graph figure is fitted at TP1 and on
 # NVSwitch H100s (custom all-reduce on), so with less room than vLLM's own upper bound beside
-# the budget the capture verdict is not modelled.
+# the budget the capture verdict is not modelled. Two GPUs are left out: two GeForce cards
+# without P2P start with far less room beside the budget (the in-sample vllm#28228, 2x RTX 3090
+# at 0.95 with NCCL in the graphs, about 1.2 GiB left), and the graph-capture failures that
+# raised the question were at TP 4 and TP 8.
 GRAPH_CAPTURE_UPPER_BOUND_BYTES = 3 * GIB
+NCCL_GRAPH_MIN_TP = 4
 
 
 def nccl_graph_capture_not_modelled(
@@ -249,7 +253,7 @@ def nccl_graph_capture_not_modelled(
 ) -> str | None:
     """'not modelled: …' when the capture verdict hangs on NCCL's memory in the graphs."""
     tp = resolved.tensor_parallel_size
-    if resolved.enforce_eager or tp == 1 or custom_all_reduce_bytes(gpu, tp) > 0:
+    if resolved.enforce_eager or tp < NCCL_GRAPH_MIN_TP or custom_all_reduce_bytes(gpu, tp) > 0:
         return None
     if graphs_excess > room or room >= GRAPH_CAPTURE_UPPER_BOUND_BYTES:
         return None  # out of memory with the graphs alone, or room for vLLM's own upper bound
