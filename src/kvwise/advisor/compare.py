@@ -27,7 +27,6 @@ from kvwise.sim.sglang_deploy import sglang_deployment
 from kvwise.sim.workloads import Workload, WorkloadSpec, build_workload, describe
 from kvwise.sim.workloads import history_budget_tokens as trim_budget
 
-ENGINES = ("vllm", "sglang")
 NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 SAME_WITHIN = 0.02  # throughputs within 2 % are a tie: the step-time model is not that exact
 

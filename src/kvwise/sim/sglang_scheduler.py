@@ -50,7 +50,6 @@ NEW_TOKEN_RATIO_DECAY_STEPS: Final = 600  # environ.py SGLANG_NEW_TOKEN_RATIO_DE
 RETRACT_DECODE_STEPS: Final = 20  # environ.py SGLANG_RETRACT_DECODE_STEPS
 CLIP_MAX_NEW_TOKENS: Final = 4096  # schedule_policy.py SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 WAITING_QUEUE_PREFIX_MATCH_MAX: Final = 128  # schedule_policy.py: lpm -> fcfs above this
-SCHEDULE_POLICIES: Final = ("lpm", "fcfs")
 FCFS_DEFAULT_SINCE: Final = (0, 4, 4)  # server_args.py: schedule_policy "lpm" before, "fcfs" from
 
 
@@ -74,7 +73,6 @@ class SglangScheduler(Scheduler):
         self.min_ratio = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
         self.ratio_decay = (INIT_NEW_TOKEN_RATIO - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self.num_retractions = 0
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -184,5 +182,4 @@ class SglangScheduler(Scheduler):
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
-        self.num_retractions += 1
         self.waiting.append(request)
