@@ -10,7 +10,7 @@ import weakref
 import httpx
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from tests.fake_upstream import Behaviour, FakeUpstream
 from tests.gateway.servers import (
     LoopThread,
     fake_upstreams,
