@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from dataclasses import dataclass
-
-import httpx
 
 from kvwise.core.flags import flags_from_args
 from kvwise.errors import UpstreamError, UsageError
 from kvwise.gateway.replicas import parse_engine_metrics
+from kvwise.gateway.upstream_http import UpstreamConnectionError, get_once
 
 # vLLM's /metrics and /v1/models do not report it; until given, only the engine's reported
 # waiting requests hold requests back
@@ -69,15 +69,16 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     )
 
 
-def _engine_limits(url: str) -> tuple[int | None, int | None]:
+def _engine_limits(url: str, ca_file: str | None) -> tuple[int | None, int | None]:
     """(pool tokens, max_model_len) as the engine reports them, None where it does not."""
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=10).json().get("data") or [{}]
-        metrics = httpx.get(f"{url}/metrics", timeout=10)
-    except (httpx.HTTPError, ValueError) as exc:
-        raise UpstreamError(f"cannot read limits from {url}: {exc}") from exc
+        _, models_body = get_once(f"{url}/v1/models", ca_file)
+        models = json.loads(models_body).get("data") or [{}]
+        metrics_status, metrics = get_once(f"{url}/metrics", ca_file)
+    except (UpstreamConnectionError, ValueError, AttributeError) as exc:
+        raise UpstreamError(f"cannot read limits from {url}: {exc}") from None
     max_model_len = models[0].get("max_model_len")
-    pool = parse_engine_metrics(metrics.text).pool_tokens if metrics.status_code == 200 else None
+    pool = parse_engine_metrics(metrics.decode()).pool_tokens if metrics_status == 200 else None
     return pool, max_model_len if isinstance(max_model_len, int) else None
 
 
@@ -92,7 +93,7 @@ def discover_limits(
         if max_len is None or max_len == -1:
             max_len, max_len_source = planned.max_model_len, "the plan"
     if budget is None or max_len is None or max_len == -1:
-        pool, engine_len = _engine_limits(urls[0])
+        pool, engine_len = _engine_limits(urls[0], getattr(args, "upstream_ca", None))
         if budget is None and pool is not None:
             budget, budget_source = pool, f"the engine's KV pool ({urls[0]}/metrics)"
         if (max_len is None or max_len == -1) and engine_len is not None:
