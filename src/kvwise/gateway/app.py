@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -267,7 +268,7 @@ async def _metrics(request: Request) -> Response:
             raise HttpError(401, "an admin key is required", "authentication_error")
     except HttpError as exc:
         return JSONResponse(exc.body(), exc.status, exc.headers)
-    return Response(gateway.metrics.registry.render(), media_type="text/plain; version=0.0.4")
+    return Response(gateway.metrics.registry.render(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
 async def _models(request: Request) -> Response:

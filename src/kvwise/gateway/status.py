@@ -182,10 +182,7 @@ def top_queued_flows(queue: Any) -> list[dict[str, Any]]:
 
 
 def _buckets(histogram: Histogram) -> histograms.Buckets:
-    series = histogram.series.get(())
-    if series is None:
-        return {}
-    return histograms.from_counts(histogram.buckets, series.bucket_counts, series.count)
+    return histogram.cumulative()
 
 
 def _history_point(status: dict[str, Any]) -> dict[str, Any]:
