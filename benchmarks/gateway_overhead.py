@@ -294,7 +294,10 @@ def _ratio(a: object, b: object) -> float | None:
 
 
 def _fmt(value: object, spec: str) -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "-"
+    """`value` as `spec` (e.g. "10.2f"); a dash as wide when there is none (direct's CPU)."""
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return "-".rjust(int(spec.split(".")[0]))
 
 
 def report(result: dict[str, object]) -> str:
