@@ -12,24 +12,18 @@ import json
 import sys
 from pathlib import Path
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.errors import UsageError
 
 TARGETS = ("k8s", "helm", "ray")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from kvwise.deploy.startup import ENGINE_INIT_S, LOAD_RATE_MB_S
     from kvwise.deploy.workload import add_workload_options
 
-    parser = _Parser(prog="kvwise deploy", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise deploy", description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="HF id, catalog name, local dir or config.json")
     parser.add_argument("--gpu", help="GPU catalog name (rtx4090, a100-80gb, h100...)")
     parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its memory in GiB")

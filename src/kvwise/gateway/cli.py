@@ -36,6 +36,8 @@ from kvwise.gateway.config import (
     UpstreamSpec,
 )
 from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
+from kvwise.gateway.membership import DNS_INTERVAL_S, MembershipConfig
+from kvwise.gateway.replica_dns import DnsTarget, dns_target
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
 from kvwise.gateway.startup_summary import describe, print_limits
@@ -61,6 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     engines = parser.add_argument_group("engines")
     engines.add_argument(
         "--upstream", action="append", default=[], help="running OpenAI-compatible server"
+    )
+    engines.add_argument(
+        "--upstream-dns",
+        metavar="NAME:PORT",
+        help="find replicas by DNS, every A/AAAA record one (a Kubernetes headless Service: "
+        "vllm-headless.NAMESPACE.svc.cluster.local:8000); resolved again every --dns-interval, "
+        "new ones join once healthy, vanished ones are drained",
+    )
+    engines.add_argument(
+        "--dns-interval", type=float, default=DNS_INTERVAL_S, help="seconds between resolutions"
+    )
+    engines.add_argument(
+        "--dns-server", metavar="IP[:PORT]", help="nameserver to ask (default: /etc/resolv.conf's)"
     )
     engines.add_argument(
         "--launch", action="store_true", help="start vLLM replicas with the planned flags"
@@ -270,8 +285,11 @@ def start_engines(args: argparse.Namespace) -> Started:
         supervisor.start_and_wait(timeout_s=900)
         local = args.model if Path(args.model).is_dir() else None
         return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
-    if not args.upstream:
-        raise UsageError("give --upstream URL (a running server), --launch with a MODEL, or --demo")
+    if not args.upstream and not args.upstream_dns:
+        raise UsageError(
+            "give --upstream URL (a running server), --upstream-dns NAME:PORT, --launch with a "
+            "MODEL, or --demo"
+        )
     for url in args.upstream:
         check_upstream_url(url)
     return Started(list(args.upstream), None, args.tokenizer)
@@ -287,8 +305,24 @@ def check_upstream_url(url: str) -> None:
         )
 
 
+def dns_replicas(args: argparse.Namespace) -> tuple[DnsTarget | None, list[str]]:
+    """--upstream-dns's target and what it resolves to now (the limits may be read there)."""
+    if not args.upstream_dns:
+        return None, []
+    import asyncio
+
+    from kvwise.gateway.replica_dns import resolve_urls
+
+    target = dns_target(args.upstream_dns, args.dns_server)
+    return target, sorted(asyncio.run(resolve_urls(target)) or ())
+
+
 def build_config(
-    args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
+    args: argparse.Namespace,
+    urls: list[str],
+    limits: Limits,
+    tokenizer: str | None,
+    dns: DnsTarget | None = None,
 ) -> GatewayConfig:
     store = args.admission_store
     if store is not None and not store.startswith(("redis://", "rediss://", "unix://")):
@@ -310,6 +344,9 @@ def build_config(
         health_timeout_s=args.health_timeout,
         health_failures=args.health_failures,
         stall_timeout_s=args.stall_timeout,
+        membership=MembershipConfig(
+            limits.kv_budget_tokens, limits.max_num_seqs, dns, args.dns_interval
+        ),
     )
 
 
@@ -334,6 +371,7 @@ def run(argv: list[str]) -> int:
         "stall_timeout",
         "health_timeout",
         "health_failures",
+        "dns_interval",
     )
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -343,8 +381,13 @@ def run(argv: list[str]) -> int:
     planned = plan_limits(args)
     started = start_engines(args)
     try:
-        limits = discover_limits(args, planned, started.urls)
-        config = build_config(args, started.urls, limits, started.tokenizer_path)
+        dns, found = dns_replicas(args)
+        explicit = args.kv_budget_tokens and args.max_model_len not in (None, -1)
+        if not started.urls and not found and planned is None and not explicit:
+            raise UsageError(f"--upstream-dns {args.upstream_dns}: no replica resolves yet; "
+                             "pass MODEL and --gpu to start before they do")  # fmt: skip
+        limits = discover_limits(args, planned, started.urls + found)
+        config = build_config(args, started.urls, limits, started.tokenizer_path, dns)
         check_store_durability(args)
         print_limits(describe(config, limits, args), args.json)
         serve(config, args.host, args.port, started.supervisor)

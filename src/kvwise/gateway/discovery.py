@@ -57,7 +57,7 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     result = plan(
         load_model(args.model), gpu, flags_from_args(args), vllm_version=args.vllm_version
     )
-    if not result.starts:
+    if result.error is not None:  # a verdict kvwise does not model is no refusal
         raise UsageError(f"the plan says vLLM will not start: {result.error.message}")
     summary = (
         f"{result.model.model_id} on {result.gpu.name}: {result.kv.tokens:,} KV tokens, "
@@ -92,7 +92,7 @@ def discover_limits(
             budget, budget_source = planned.kv_tokens, "the plan"
         if max_len is None or max_len == -1:
             max_len, max_len_source = planned.max_model_len, "the plan"
-    if budget is None or max_len is None or max_len == -1:
+    if urls and (budget is None or max_len is None or max_len == -1):
         pool, engine_len = _engine_limits(urls[0], getattr(args, "upstream_ca", None))
         if budget is None and pool is not None:
             budget, budget_source = pool, f"the engine's KV pool ({urls[0]}/metrics)"

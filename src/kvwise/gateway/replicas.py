@@ -89,8 +89,14 @@ class Replica:
         self.peak_reserved_tokens = 0
         self.peak_in_flight = 0
         self.is_healthy = True
+        self.is_draining = False  # going away: no new requests, those in flight finish
         self.num_failed_probes = 0  # health probes unanswered in a row
         self.load: EngineLoad | None = None
+
+    @property
+    def is_in_service(self) -> bool:
+        """Takes new requests: answering its health checks and not being drained."""
+        return self.is_healthy and not self.is_draining
 
     def effective_budget_tokens(self) -> int:
         budget = self.budget_tokens
@@ -104,7 +110,7 @@ class Replica:
         return budget
 
     def has_room(self, cost_tokens: int, num_seqs: int = 1) -> bool:
-        if not self.is_healthy:
+        if not self.is_in_service:
             return False
         if self.num_in_flight == 0:
             return True

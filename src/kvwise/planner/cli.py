@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kvwise.core.catalog import load_model
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.core.gpus import GIB, GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
@@ -23,15 +24,8 @@ if TYPE_CHECKING:
     from kvwise.planner.sglang import SglangFlags
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="kvwise plan",
         description="Will vLLM start, how much KV cache does it get, and what does each knob change.",
         epilog="A pasted command works too: kvwise plan --gpu rtx4090 -- vllm serve MODEL --max-model-len 8192",
