@@ -281,6 +281,7 @@ class UpstreamClient:
         # connections with a request sent and no response head yet, per server
         self._waiting: defaultdict[_Key, set[_Connection]] = defaultdict(set)
         self._is_closed = False
+        self._live: set[_Connection] = set()  # every connection not yet lost, pooled or busy
 
     def _target(self, url: str) -> tuple[_Key, str, str]:
         """(host, port, TLS), path and netloc of a URL: a gateway posts to a handful of URLs."""
@@ -409,6 +410,8 @@ class UpstreamClient:
         except OSError as exc:
             raise _connect_error(exc, host, port) from None
         connection.transport = transport  # uvloop calls connection_made() only after this
+        self._live.add(connection)
+        connection.lost.add_done_callback(lambda _: self._live.discard(connection))
         return connection
 
     def put_back(self, key: _Key, connection: _Connection, keep: bool) -> None:
@@ -429,14 +432,21 @@ class UpstreamClient:
         return closed
 
     async def aclose(self, timeout_s: float = 1.0) -> None:
-        """Close, and wait until the connections are gone: a TLS one sends its close_notify
-        first, and an event loop closed before then still holds its socket."""
-        closed = self.close()
-        if closed:
-            await asyncio.wait([c.lost for c in closed], timeout=timeout_s)
-        for connection in closed:
-            if connection.transport is not None and not connection.lost.done():
+        """Close every connection, pooled or busy (the gateway is stopping: a health probe cut
+        short, a relay past uvicorn's grace), and wait until they are gone: a TLS one sends its
+        close_notify first, and an event loop closed before then still holds its socket."""
+        self.close()
+        live = list(self._live)
+        for connection in live:
+            connection.close()
+        if live:
+            await asyncio.wait([c.lost for c in live], timeout=timeout_s)
+        for connection in self._live:  # a peer that never answered the close: cut it
+            if connection.transport is not None:
                 connection.transport.abort()
+        while self._live and timeout_s > 0:  # the aborts finish on the loop's next passes
+            await asyncio.sleep(0.01)
+            timeout_s -= 0.01
 
 
 def get_once(url: str, ca_file: str | None, timeout_s: float = 10.0) -> tuple[int, bytes]:
