@@ -1,35 +1,29 @@
-"""What the gateway adds to time-to-first-token at 64 concurrent streams, and what it relays.
+"""What a relay adds to time-to-first-token, and the CPU it spends per relayed chunk: kvwise's
+gateway with each candidate upstream HTTP client, vllm-router and a byte pump, in one run.
 
-Against a fast local FAKE upstream (`kvwise.gateway.fake_upstream`: canned tokens at a fixed
-pace, not an engine). That is deliberate: the figure is the gateway's own cost, which an engine's
-jitter (tens of ms on a real model) would drown. The same load runs straight at the upstream and
-through the gateway in the same run, alternating in rounds, and the report gives both and their
-difference and ratio:
+Against a fast local FAKE upstream (`tests/fake_upstream.py`: canned tokens at a fixed pace,
+not an engine). That is deliberate: the figure is the relay's own cost, which an engine's jitter
+(tens of ms on a real model) would drown. Every path takes the same load in turn, round after
+round, so drift on a shared machine hits them all:
 
-    added TTFT p50 / p99 = TTFT percentile through the gateway - the same percentile direct
-    relayed chunks/s     = SSE events the clients received per second, through / direct
-    gateway's own time   = its `kvwise_gateway_ttft_overhead_seconds` histogram: request in ->
-                           request out plus first token in -> first token out (bucket bounds)
-    gateway CPU          = its process CPU time per relayed chunk (Linux /proc)
+    direct        the load generator straight at the upstream: the reference
+    pump          `byte_pump.py`, bytes copied both ways, nothing parsed: the floor of a Python
+                  relay on this machine (one more process, two more hops)
+    vllm-router   the Rust router (PyPI `vllm-router`), round robin over the one upstream
+    kvwise-X      `kvwise serve` as users run it, with upstream HTTP client X
+                  (`gateway_variant.py`: `shipped`, its own HTTP/1.1 client on asyncio;
+                  `aiohttp`; `httpx` with its pool uncapped)
 
-The end-to-end difference also holds what the extra process costs the operating system (one
-more hop, scheduled on the same CPUs as the load generator and the upstream); the gateway's own
-time does not. Two references separate them, both measured in the same run:
-
-* a byte pump (`byte_pump.py`: bytes copied both ways, nothing parsed) in the gateway's place:
-  what it adds is the floor of any Python relay on the machine;
-* two CPU layouts, alternated round by round: `shared` (every process on every CPU: on a 2-core
-  VM four busy processes evict each other's caches) and `own-core` (the relay under test on CPU
-  1, the load generator and the upstream on CPU 0), as in a deployment where clients are
-  remote and the engine's server has cores of its own.
+Per round and path: added TTFT p50 = the path's TTFT p50 - direct's in the same round; CPU per
+chunk = the relay process's CPU time (Linux /proc, every thread) over the SSE events its clients
+received. The report gives the median over rounds, and each relay's ratio to vllm-router.
 
 The default pace (50 ms to the first token, then 30 ms per token, 64 tokens) is a 7B model on
-one GPU decoding a batch of 64. Four processes: the fake upstream, the gateway (`kvwise serve`,
-as users run it), the pump and this load generator (asyncio over raw sockets, so the client
-adds as little as possible). Usage:
+one GPU decoding a batch of 64. The load generator is asyncio over raw sockets, so the client
+adds as little as possible. Usage:
 
-    .venv/bin/python benchmarks/gateway_overhead.py [--streams 64] [--seconds 8] [--rounds 3]
-        [--layout shared|own-core|both]
+    python benchmarks/gateway_overhead.py [--streams 64,256] [--seconds 6] [--rounds 3]
+        [--clients shipped,aiohttp,httpx] [--json]
 """
 
 from __future__ import annotations
@@ -38,6 +32,8 @@ import argparse
 import asyncio
 import json
 import os
+import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -47,6 +43,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 BODY_TEMPLATE = {
     "model": "fake",
     "messages": [{"role": "user", "content": "Say something."}],
@@ -61,7 +59,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_port(port: int, timeout_s: float = 30) -> None:
+def wait_port(port: int, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -101,9 +99,7 @@ async def one_stream(
     tally.num_events += buffer.count(b"data: ")
 
 
-async def drive(
-    port: int, num_streams: int, seconds: float, stagger_s: float = 0.0
-) -> tuple[Tally, float]:
+async def drive(port: int, num_streams: int, seconds: float, stagger_s: float) -> Tally:
     body = json.dumps(BODY_TEMPLATE).encode()
     request = (
         "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
@@ -128,45 +124,17 @@ async def drive(
         finally:
             writer.close()
 
-    started = time.perf_counter()
     await asyncio.gather(*(worker(i) for i in range(num_streams)))
-    return tally, time.perf_counter() - started
+    return tally
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def start_servers(
-    ttft_ms: float, itl_ms: float
-) -> tuple[list[subprocess.Popen[bytes]], int, int, int]:
-    upstream_port, gateway_port = free_port(), free_port()
-    python = sys.executable
-    upstream = subprocess.Popen(
-        [python, "-m", "kvwise.gateway.fake_upstream", "--port", str(upstream_port),
-         "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    wait_port(upstream_port)
-    gateway = subprocess.Popen(
-        [python, "-m", "kvwise.cli", "serve", "--upstream", f"http://127.0.0.1:{upstream_port}",
-         "--port", str(gateway_port), "--kv-budget-tokens", "10000000", "--max-queue", "10000",
-         "--session-store", os.path.join(tempfile.mkdtemp(), "sessions.sqlite3")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    wait_port(gateway_port)
-    pump_port = free_port()
-    pump = subprocess.Popen(
-        [python, os.path.join(os.path.dirname(__file__), "byte_pump.py"), str(pump_port),
-         str(upstream_port)],
-    )  # fmt: skip
-    wait_port(pump_port)
-    return [upstream, gateway, pump], upstream_port, gateway_port, pump_port
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux); 0 elsewhere."""
+    """User + system CPU seconds of a process, all its threads (Linux); 0 elsewhere."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -175,184 +143,201 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def overhead_percentiles_ms(port: int) -> tuple[float, float]:
-    """p50 and p99 of the gateway's own TTFT-path time, as histogram bucket upper bounds."""
-    import httpx
-
-    buckets: list[tuple[float, float]] = []
-    for line in httpx.get(f"http://127.0.0.1:{port}/metrics").text.splitlines():
-        if line.startswith("kvwise_gateway_ttft_overhead_seconds_bucket"):
-            bound = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets.append((float(bound), float(line.rsplit(" ", 1)[1])))
-    total = buckets[-1][1]
-
-    def bound_for(q: float) -> float:
-        return 1000 * next(b for b, count in buckets if count >= q * total)
-
-    return bound_for(0.50), bound_for(0.99)
+@dataclass
+class Path:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes] | None  # the relay whose CPU is counted; None for direct
 
 
-def summarise(tallies: list[Tally], elapsed_s: float) -> dict[str, float]:
-    ttft = [t for tally in tallies for t in tally.ttft_s]
-    return {
-        "requests": len(ttft),
-        "errors": sum(t.num_errors for t in tallies),
-        "ttft_p50_ms": 1000 * percentile(ttft, 0.50),
-        "ttft_p99_ms": 1000 * percentile(ttft, 0.99),
-        "ttft_mean_ms": 1000 * statistics.fmean(ttft),
-        "chunks_per_s": sum(t.num_events for t in tallies) / elapsed_s,
-    }
+def start(
+    args: argparse.Namespace, clients: list[str], log_dir: str
+) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+    python, env = sys.executable, {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.join(ROOT, "src"), ROOT, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(name: str, command: list[str], port: int) -> subprocess.Popen[bytes]:
+        with open(os.path.join(log_dir, f"{name}.log"), "wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=ROOT)
+        procs.append(proc)
+        wait_port(port)
+        return proc
+
+    up = free_port()
+    spawn("upstream", [python, "-m", "tests.fake_upstream", "--port", str(up),
+                       "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)], up)  # fmt: skip
+    paths = [Path("direct", up, None)]
+    port = free_port()
+    paths.append(Path("pump", port, spawn(
+        "pump", [python, os.path.join(HERE, "byte_pump.py"), str(port), str(up)], port)))  # fmt: skip
+    router = shutil.which("vllm-router") or os.path.join(os.path.dirname(python), "vllm-router")
+    if os.path.exists(router):
+        port = free_port()
+        paths.append(Path("vllm-router", port, spawn("vllm-router", [
+            router, "--worker-urls", f"http://127.0.0.1:{up}", "--port", str(port),
+            "--policy", "round_robin", "--log-level", "warning",
+            "--max-concurrent-requests", "4096", "--queue-size", "4096"], port)))  # fmt: skip
+    else:
+        print("vllm-router not installed (pip install vllm-router): not measured", file=sys.stderr)
+    for client in clients:
+        port = free_port()
+        store = os.path.join(log_dir, f"sessions-{client}.sqlite3")
+        paths.append(Path(f"kvwise-{client}", port, spawn(f"kvwise-{client}", [
+            python, os.path.join(HERE, "gateway_variant.py"), client, "serve",
+            "--upstream", f"http://127.0.0.1:{up}", "--port", str(port),
+            "--kv-budget-tokens", "10000000", "--max-model-len", "4096",
+            "--max-queue", "10000", "--session-store", store], port)))  # fmt: skip
+    return procs, paths
 
 
-LAYOUTS = ("shared", "own-core")
+@dataclass
+class Phase:
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    num_requests: int
+    num_errors: int
+    chunks_per_s: float
+    cpu_us_per_chunk: float | None
 
 
-def set_affinity(pid: int, cpus: set[int]) -> None:
-    """Every thread of the process (Linux: /proc/PID/task), not only its main one."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(task), cpus)
-
-
-def apply_layout(layout: str, upstream_pid: int, relay_pids: list[int]) -> None:
-    """shared: every process on every CPU. own-core: the relay under test (gateway or pump) on
-    CPU 1, the load generator and the upstream on CPU 0, as when clients are remote and the
-    engine's server has cores of its own."""
-    every = set(range(os.cpu_count() or 1))
-    clients = every if layout == "shared" else {0}
-    relays = every if layout == "shared" else {1}
-    set_affinity(os.getpid(), clients)
-    set_affinity(upstream_pid, clients)
-    for pid in relay_pids:
-        set_affinity(pid, relays)
-
-
-def run_layout(
-    args: argparse.Namespace, ports: dict[str, int], stagger_s: float
-) -> dict[str, list[tuple[Tally, float]]]:
-    """One round of each path under the current layout, direct first."""
-    return {
-        path: [asyncio.run(drive(port, args.streams, args.seconds, stagger_s))]
-        for path, port in ports.items()
-    }
-
-
-def compare(results: dict[str, list[tuple[Tally, float]]]) -> dict[str, object]:
-    summary = {
-        path: summarise([t for t, _ in runs], sum(e for _, e in runs))
-        for path, runs in results.items()
-    }
-    direct, gateway, pump = summary["direct"], summary["gateway"], summary["pump"]
-    return {
-        **summary,
-        "added_ttft_p50_ms": gateway["ttft_p50_ms"] - direct["ttft_p50_ms"],
-        "added_ttft_p99_ms": gateway["ttft_p99_ms"] - direct["ttft_p99_ms"],
-        "byte_pump_added_ttft_p50_ms": pump["ttft_p50_ms"] - direct["ttft_p50_ms"],
-        "byte_pump_added_ttft_p99_ms": pump["ttft_p99_ms"] - direct["ttft_p99_ms"],
-        "chunks_per_s_ratio": gateway["chunks_per_s"] / direct["chunks_per_s"],
-    }
+def measure(path: Path, streams: int, seconds: float, stagger_s: float) -> Phase:
+    before_s = cpu_s(path.proc.pid) if path.proc else 0.0
+    started = time.perf_counter()
+    tally = asyncio.run(drive(path.port, streams, seconds, stagger_s))
+    elapsed_s = time.perf_counter() - started
+    used_s = cpu_s(path.proc.pid) - before_s if path.proc else 0.0
+    return Phase(
+        1000 * percentile(tally.ttft_s, 0.50),
+        1000 * percentile(tally.ttft_s, 0.99),
+        len(tally.ttft_s),
+        tally.num_errors,
+        tally.num_events / elapsed_s,
+        1e6 * used_s / max(1, tally.num_events) if path.proc else None,
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    procs, upstream_port, gateway_port, pump_port = start_servers(args.ttft_ms, args.itl_ms)
-    upstream, gateway, pump = procs
-    ports = {"direct": upstream_port, "pump": pump_port, "gateway": gateway_port}
-    layouts = LAYOUTS if args.layout == "both" else (args.layout,)
+    clients = args.clients.split(",")
+    log_dir = tempfile.mkdtemp(prefix="gateway-overhead-")
+    procs, paths = start(args, clients, log_dir)
     tokens = int(BODY_TEMPLATE["max_tokens"])  # type: ignore[call-overload]
     stagger_s = (args.ttft_ms + args.itl_ms * (tokens - 1)) / 1000
-    results: dict[str, dict[str, list[tuple[Tally, float]]]] = {
-        layout: {path: [] for path in ports} for layout in layouts
-    }
-    gateway_cpu_s = 0.0
+    by_streams: dict[str, object] = {}
     try:
-        asyncio.run(drive(gateway_port, args.streams, 1.0))  # warm-up: connections, imports
-        asyncio.run(drive(pump_port, args.streams, 1.0))
-        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all
-            for layout in layouts:
-                apply_layout(layout, upstream.pid, [gateway.pid, pump.pid])
-                before_s = cpu_s(gateway.pid)
-                for path, runs in run_layout(args, ports, stagger_s).items():
-                    results[layout][path] += runs
-                gateway_cpu_s += cpu_s(gateway.pid) - before_s
-        own_p50_ms, own_p99_ms = overhead_percentiles_ms(gateway_port)
+        for streams in (int(s) for s in args.streams.split(",")):
+            for path in paths:  # warm-up: every stream started and its connections open
+                asyncio.run(drive(path.port, streams, 2 * stagger_s, stagger_s))
+            rounds: list[dict[str, Phase]] = []
+            for _ in range(args.rounds):
+                rounds.append({p.name: measure(p, streams, args.seconds, stagger_s) for p in paths})
+            by_streams[str(streams)] = summarise(rounds, [p.name for p in paths])
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-    gateway_events = sum(t.num_events for r in results.values() for t, _ in r["gateway"])
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     return {
         "setup": {
-            "streams": args.streams,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+            "python": platform.python_version(),
+            "command": "python " + " ".join(sys.argv),
             "seconds_per_phase": args.seconds,
             "rounds": args.rounds,
             "upstream_ttft_ms": args.ttft_ms,
             "upstream_itl_ms": args.itl_ms,
-            "tokens_per_stream": BODY_TEMPLATE["max_tokens"],
-            "cpus": os.cpu_count(),
-            "load_average_1m_at_end": os.getloadavg()[0],
+            "tokens_per_stream": tokens,
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         },
-        "layouts": {layout: compare(r) for layout, r in results.items()},
-        "gateway_own_ttft_p50_ms_at_most": own_p50_ms,
-        "gateway_own_ttft_p99_ms_at_most": own_p99_ms,
-        "gateway_cpu_us_per_chunk": 1e6 * gateway_cpu_s / max(1, gateway_events),
+        "streams": by_streams,
     }
 
 
-def report_layout(name: str, result: dict[str, object]) -> list[str]:
-    d, p, g = result["direct"], result["pump"], result["gateway"]
-    assert isinstance(d, dict) and isinstance(p, dict) and isinstance(g, dict)
-    return [
-        f"layout: {name}",
-        f"{'':22}{'direct':>10}{'byte pump':>11}{'via gateway':>13}",
-        f"{'requests':22}{d['requests']:>10}{p['requests']:>11}{g['requests']:>13}",
-        f"{'errors':22}{d['errors']:>10}{p['errors']:>11}{g['errors']:>13}",
-        f"{'TTFT p50 (ms)':22}{d['ttft_p50_ms']:>10.2f}{p['ttft_p50_ms']:>11.2f}"
-        f"{g['ttft_p50_ms']:>13.2f}",
-        f"{'TTFT p99 (ms)':22}{d['ttft_p99_ms']:>10.2f}{p['ttft_p99_ms']:>11.2f}"
-        f"{g['ttft_p99_ms']:>13.2f}",
-        f"{'relayed chunks/s':22}{d['chunks_per_s']:>10.0f}{p['chunks_per_s']:>11.0f}"
-        f"{g['chunks_per_s']:>13.0f}",
-        f"  added TTFT p50: {result['added_ttft_p50_ms']:.2f} ms (bar: < 1 ms), "
-        f"p99: {result['added_ttft_p99_ms']:.2f} ms (bar: < 5 ms)",
-        f"  a byte pump in the gateway's place adds: p50 "
-        f"{result['byte_pump_added_ttft_p50_ms']:.2f} ms, "
-        f"p99 {result['byte_pump_added_ttft_p99_ms']:.2f} ms",
-        f"  chunks/s through the gateway / direct: {result['chunks_per_s_ratio']:.2f}",
-        "",
-    ]
+def summarise(rounds: list[dict[str, Phase]], names: list[str]) -> dict[str, dict[str, object]]:
+    """Medians over rounds; added TTFT against direct in the same round."""
+    table: dict[str, dict[str, object]] = {}
+    for name in names:
+        phases = [r[name] for r in rounds]
+        added = [r[name].ttft_p50_ms - r["direct"].ttft_p50_ms for r in rounds]
+        added99 = [r[name].ttft_p99_ms - r["direct"].ttft_p99_ms for r in rounds]
+        cpu = [p.cpu_us_per_chunk for p in phases if p.cpu_us_per_chunk is not None]
+        table[name] = {
+            "ttft_p50_ms": statistics.median(p.ttft_p50_ms for p in phases),
+            "added_ttft_p50_ms": statistics.median(added),
+            "added_ttft_p50_ms_per_round": [round(a, 2) for a in added],
+            "added_ttft_p99_ms": statistics.median(added99),
+            "cpu_us_per_chunk": statistics.median(cpu) if cpu else None,
+            "chunks_per_s": statistics.median(p.chunks_per_s for p in phases),
+            "requests": sum(p.num_requests for p in phases),
+            "errors": sum(p.num_errors for p in phases),
+        }
+    router = table.get("vllm-router")
+    for name, row in table.items():
+        if router is not None and name != "direct":
+            row["added_ttft_p50_vs_router"] = _ratio(
+                row["added_ttft_p50_ms"], router["added_ttft_p50_ms"]
+            )
+            row["cpu_per_chunk_vs_router"] = _ratio(
+                row["cpu_us_per_chunk"], router["cpu_us_per_chunk"]
+            )
+    return table
+
+
+def _ratio(a: object, b: object) -> float | None:
+    if not isinstance(a, float) or not isinstance(b, float) or b <= 0:
+        return None
+    return a / b
+
+
+def _fmt(value: object, spec: str) -> str:
+    """`value` as `spec` (e.g. "10.2f"); a dash as wide when there is none (direct's CPU)."""
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return "-".rjust(int(spec.split(".")[0]))
 
 
 def report(result: dict[str, object]) -> str:
-    layouts = result["layouts"]
-    assert isinstance(layouts, dict)
-    lines = [line for name, r in layouts.items() for line in report_layout(name, r)]
-    lines += [
-        "gateway's own time on the TTFT path: "
-        f"p50 <= {result['gateway_own_ttft_p50_ms_at_most']:g} ms, "
-        f"p99 <= {result['gateway_own_ttft_p99_ms_at_most']:g} ms",
-        f"gateway CPU per relayed chunk: {result['gateway_cpu_us_per_chunk']:.0f} us",
-    ]
+    setup = result["setup"]
+    assert isinstance(setup, dict)
+    lines = [f"# {setup['date_utc']} UTC; {setup['machine']}; Python {setup['python']}",
+             f"# command: {setup['command']}",
+             f"# {setup['rounds']} rounds x {setup['seconds_per_phase']} s per path; load average "
+             f"at the end {setup['load_average_1m_at_end']}; medians over rounds", ""]  # fmt: skip
+    streams = result["streams"]
+    assert isinstance(streams, dict)
+    for count, table in streams.items():
+        lines.append(f"{count} concurrent streams")
+        lines.append(
+            f"{'':18}{'TTFT p50':>9}{'added p50':>10}{'added p99':>10}{'CPU/chunk':>10}"
+            f"{'chunks/s':>9}{'errors':>7}{'p50 / router':>13}{'CPU / router':>13}"
+        )
+        for name, row in table.items():
+            lines.append(
+                f"{name:18}{_fmt(row['ttft_p50_ms'], '9.2f')}"
+                f"{_fmt(row['added_ttft_p50_ms'], '10.2f')}{_fmt(row['added_ttft_p99_ms'], '10.2f')}"
+                f"{_fmt(row['cpu_us_per_chunk'], '10.1f')}{_fmt(row['chunks_per_s'], '9.0f')}"
+                f"{row['errors']:>7}{_fmt(row.get('added_ttft_p50_vs_router'), '13.2f')}"
+                f"{_fmt(row.get('cpu_per_chunk_vs_router'), '13.2f')}"
+            )
+        lines.append("  (ms, except CPU per relayed chunk in us; added = minus direct, same round)")
+        lines.append("")
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--streams", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=8.0, help="per phase")
+    parser.add_argument("--streams", default="64,256", help="comma-separated stream counts")
+    parser.add_argument("--seconds", type=float, default=6.0, help="per path and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", default="shipped,aiohttp,httpx")
     parser.add_argument("--ttft-ms", type=float, default=50.0, help="the fake upstream's")
     parser.add_argument("--itl-ms", type=float, default=30.0, help="the fake upstream's")
-    parser.add_argument(
-        "--layout",
-        choices=(*LAYOUTS, "both"),
-        default="both",
-        help="shared: all processes on all CPUs; own-core: the gateway on a CPU of its own",
-    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.layout != "shared" and (
-        not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2
-    ):
-        parser.error("--layout own-core needs Linux and at least 2 CPUs; use --layout shared")
     result = run(args)
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0

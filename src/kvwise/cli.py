@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # command -> (the optional extra it needs, the top-level modules that extra installs)
 _SERVE_MODULES = frozenset(
     {"starlette", "uvicorn", "httpx", "httpcore", "h11", "anyio", "redis", "tokenizers",
-     "httptools", "uvloop"}
+     "httptools", "uvloop", "prometheus_client"}
 )  # fmt: skip
 EXTRAS: dict[str, tuple[str, frozenset[str]]] = {
     "serve": ("serve", _SERVE_MODULES),

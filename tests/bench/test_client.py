@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from kvwise.bench.client import Outcome, chat_body, stream_chat
-from kvwise.gateway.stream_server import start_stream_server
+from tests.stream_server import start_stream_server
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

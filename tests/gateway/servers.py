@@ -20,10 +20,10 @@ import uvicorn
 from kvwise.gateway.admission import AdmissionConfig
 from kvwise.gateway.app import Gateway, create_app
 from kvwise.gateway.config import GatewayConfig, SecurityConfig, SessionConfig, UpstreamSpec
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
 from kvwise.gateway.server_limits import uvicorn_config
 from kvwise.gateway.sessions import SessionCaps
 from tests.engine_fixture import free_port
+from tests.fake_upstream import Behaviour, FakeUpstream
 
 T = TypeVar("T")
 

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from kvwise.gateway.admission import AdmissionConfig
-from kvwise.gateway.fake_upstream import Behaviour
 from tests.engine_fixture import RedisProcess, free_port
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import (
     fake_upstreams,
     make_config,

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import (
     RunningGateway,
     fake_upstreams,

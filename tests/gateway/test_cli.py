@@ -17,8 +17,8 @@ import pytest
 
 from kvwise.cli import main
 from kvwise.gateway.demo import DEMO_MODEL_NAME, demo_command, ensure_model
-from kvwise.gateway.fake_upstream import Behaviour
 from tests.engine_fixture import free_port
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import fake_upstreams, wait_listening
 
 
@@ -88,7 +88,7 @@ def test_max_num_seqs_caps_the_sequences_running_on_each_replica(tmp_path: Path)
 
 
 def test_launched_replicas_serve_and_stop_with_the_gateway(tmp_path: Path) -> None:
-    engine = f"{sys.executable} -m kvwise.gateway.fake_upstream --model {{model}}"
+    engine = f"{sys.executable} -m tests.fake_upstream --model {{model}}"
     args = ["tiny", "--launch", "--replicas", "2", "--engine-command", engine,
             "--log-dir", str(tmp_path / "logs"),
             "--kv-budget-tokens", "5000", "--max-model-len", "1024", "--admin-key", "sk-op"]  # fmt: skip
@@ -109,8 +109,12 @@ def test_user_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     assert "give --upstream URL" in capsys.readouterr().err
     assert main(["serve", "--upstream", "http://127.0.0.1:1", "--max-queue", "0"]) == 2
     assert "--max-queue must be positive" in capsys.readouterr().err
-    assert main(["serve", "--upstream", "https://engine.internal"]) == 2  # never in clear text
-    assert "TLS to upstreams is not supported" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "ftp://engine.internal"]) == 2
+    assert "give an http:// or https:// URL" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "https://engine.internal", "--upstream-ca", "no.pem"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "kvwise serve: error: --upstream-ca no.pem: no such file"
+    )
 
 
 def test_demo_uses_the_cached_conversion_and_the_cpu_engine_flags(tmp_path: Path) -> None:

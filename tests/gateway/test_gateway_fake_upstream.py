@@ -8,9 +8,10 @@ import gc
 import weakref
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from tests.fake_upstream import Behaviour, FakeUpstream
 from tests.gateway.servers import (
     LoopThread,
     fake_upstreams,
@@ -113,16 +114,19 @@ def test_metrics_show_queue_budget_latency_and_token_timing() -> None:
     ):
         httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
         text = httpx.get(f"{gw.url}/metrics").text
-    for line in (
-        'kvwise_kv_budget_tokens{replica="r0"} 5000',
-        "kvwise_requests_admitted_total 1",
-        "kvwise_queue_depth 0",
-        'kvwise_http_responses_total{code="200"} 1',
-        "kvwise_ttft_seconds_count 1",
-        "kvwise_tpot_seconds_count 1",
-        'kvwise_request_duration_seconds_count{replica="r0"} 1',
-    ):
-        assert line in text.splitlines()
+    # read as Prometheus reads it (its own parser): names, labels, values
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("kvwise_kv_budget_tokens", (("replica", "r0"),))] == 5000
+    assert samples[("kvwise_requests_admitted_total", ())] == 1
+    assert samples[("kvwise_queue_depth", ())] == 0
+    assert samples[("kvwise_http_responses_total", (("code", "200"),))] == 1
+    assert samples[("kvwise_ttft_seconds_count", ())] == 1
+    assert samples[("kvwise_tpot_seconds_count", ())] == 1
+    assert samples[("kvwise_request_duration_seconds_count", (("replica", "r0"),))] == 1
 
 
 def test_a_closing_usage_chunk_does_not_count_as_a_token() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kvwise.gateway.app import Gateway
-from kvwise.gateway.stream_server import StreamServer, start_stream_server
 from tests.gateway.servers import make_config
+from tests.stream_server import StreamServer, start_stream_server
 
 METRICS = (Path(__file__).parent / "data" / "vllm_0.32.0_cpu_metrics_busy.txt").read_bytes()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvwise.gateway.fake_upstream import Behaviour
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import (
     RunningGateway,
     fake_upstreams,

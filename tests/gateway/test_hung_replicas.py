@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from kvwise.gateway.fake_upstream import Behaviour
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import (
     fake_upstreams,
     make_config,

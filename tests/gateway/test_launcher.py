@@ -15,7 +15,7 @@ from kvwise.cli import main
 from kvwise.core.flags import VllmFlags
 from kvwise.gateway.launcher import Supervisor, flag_args, plan_launches
 
-FAKE_ENGINE = f"{sys.executable} -m kvwise.gateway.fake_upstream --model {{model}}"
+FAKE_ENGINE = f"{sys.executable} -m tests.fake_upstream --model {{model}}"
 
 
 def test_flags_are_spelled_as_vllm_spells_them() -> None:

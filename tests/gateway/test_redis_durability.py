@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from kvwise.cli import main
-from kvwise.gateway.fake_upstream import Behaviour
 from kvwise.gateway.redis_store import durability_problem
 from tests.engine_fixture import RedisProcess
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import fake_upstreams
 
 pytestmark = pytest.mark.redis

@@ -24,12 +24,12 @@ import pytest
 
 from kvwise.cli import main
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
 from kvwise.gateway.membership import MembershipConfig
 from kvwise.gateway.replica_dns import DnsTarget, resolve_urls
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.routing import Router
 from tests.engine_fixture import free_port
+from tests.fake_upstream import Behaviour, FakeUpstream
 from tests.gateway.dns_server import Records, dns_server
 from tests.gateway.servers import (
     LoopThread,

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from kvwise.gateway.config import SecurityConfig, ServerLimits
-from kvwise.gateway.fake_upstream import Behaviour
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import RunningGateway, fake_upstreams, make_config, running_gateway
 
 LIMITS = ServerLimits(

@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from kvwise.gateway.fake_upstream import Behaviour
 from kvwise.gateway.sessions import SessionCaps, SqliteStore
 from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, RedisProcess, tiny_model_dir
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import fake_upstreams, make_config, running_gateway, session_config
 
 pytestmark = pytest.mark.engine

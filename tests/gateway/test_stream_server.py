@@ -11,7 +11,7 @@ import gc
 import socket
 import warnings
 
-from kvwise.gateway.stream_server import _Connections, _TrackedProtocol, start_stream_server
+from tests.stream_server import _Connections, _TrackedProtocol, start_stream_server
 
 
 def test_closing_resets_a_connection_its_handler_never_closes() -> None:

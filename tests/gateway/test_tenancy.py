@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from tests.fake_upstream import Behaviour, FakeUpstream
 from tests.gateway.servers import fake_upstreams, make_config, running_gateway, session_config
 
 

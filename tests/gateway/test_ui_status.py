@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from kvwise.gateway.config import SecurityConfig
-from kvwise.gateway.fake_upstream import Behaviour
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import make_config, running_gateway, wait_until
 from tests.top.metered import engine_text, metered_upstream
 

@@ -8,13 +8,14 @@ client times its reads, which needs exact control of when each byte arrives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from kvwise.gateway.stream_server import StreamServer, start_stream_server
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError
+from tests.stream_server import StreamServer, start_stream_server
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -48,7 +49,7 @@ async def read_stream(script: Script, read_timeout_s: float) -> tuple[list[bytes
         response.close()
         return pieces, time.perf_counter() - started_s
     finally:
-        client.close()
+        await client.aclose()
         server.close()
 
 
@@ -87,8 +88,8 @@ def test_a_response_head_that_never_comes_times_out() -> None:
 
 
 def test_a_body_bigger_than_the_buffer_arrives_whole_to_a_slow_reader() -> None:
-    """Past 128 KiB unread the client stops reading the socket, and resumes as the relay
-    catches up: a large body must arrive whole and in order, with no stall."""
+    """Past its buffer the client stops reading the socket, and resumes as the relay catches
+    up: a large body must arrive whole and in order, with no stall."""
     pieces_sent = [bytes([65 + i % 26]) * 60_000 for i in range(40)]  # 2.4 MB
 
     async def burst(writer: asyncio.StreamWriter) -> None:
@@ -111,7 +112,7 @@ def test_a_body_bigger_than_the_buffer_arrives_whole_to_a_slow_reader() -> None:
             response.close()
             return b"".join(received)
         finally:
-            client.close()
+            await client.aclose()
             server.close()
 
     assert asyncio.run(read_slowly()) == b"".join(pieces_sent)
@@ -136,8 +137,9 @@ def test_a_response_that_ends_after_the_client_closed_gives_its_connection_up() 
         client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=5.0)
         try:
             response = await client.post(f"http://127.0.0.1:{server.port}/v1/x", b"{}", {})
-            client.close()
-            assert await response.read() == b"data: 1\n\n"
+            await client.aclose()
+            with contextlib.suppress(UpstreamConnectionError):  # what was buffered, or none
+                await response.read()
             response.close()
             await asyncio.wait_for(closed_by_client.wait(), timeout=5)
         finally:

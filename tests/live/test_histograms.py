@@ -1,6 +1,6 @@
 import math
 
-from kvwise.live.histograms import delta, from_counts, parse_buckets, quantile
+from kvwise.live.histograms import delta, parse_buckets, quantile
 
 
 def test_quantile_interpolates_inside_the_bucket_it_falls_in() -> None:
@@ -34,7 +34,3 @@ def test_buckets_are_summed_over_engines_and_read_by_name() -> None:
     )
     found = parse_buckets(text, ("vllm:time_to_first_token_seconds",))
     assert found == {"vllm:time_to_first_token_seconds": {0.1: 3.0, math.inf: 4.0}}
-
-
-def test_per_bucket_counts_become_cumulative() -> None:
-    assert from_counts((0.1, 1.0), [2, 3], 6) == {0.1: 2.0, 1.0: 5.0, math.inf: 6.0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kvwise.gateway.fake_upstream import Behaviour, FakeUpstream
+from tests.fake_upstream import Behaviour, FakeUpstream
 from tests.gateway.servers import LoopThread
 
 TTFT_BOUNDS_S = (0.01, 0.05, 0.1, 0.5, 1.0)

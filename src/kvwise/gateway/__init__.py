@@ -24,15 +24,14 @@ How a request flows, module by module:
     endpoint    the exchange: relay (streaming or not), failover before the first token,
                 a clean SSE error after it; sse: event splitting and reply collection
       upstream_stream  an upstream stream held back to its first token (failover up to there)
-      upstream_http  the hot-path HTTP/1.1 client to the engines (stall timeouts, aborts)
+      upstream_http  the one HTTP client to the engines: relay, probes, scrapes; TLS verified
       forwarding  which client headers reach the engine
       internal_error  the gateway's own failures: a counted, logged 500 with a request id
-    app         the Gateway state, health loop, routes; metrics: Prometheus exposition;
+    app         the Gateway state, health loop, routes; metrics: /metrics (prometheus_client);
                 openapi: the request schemas as an OpenAPI document
     status      GET /kvwise/status: the live figures `kvwise top` and the page share (docs/top.md)
     ui          GET /ui: the live page (assets/ shipped in the package)
     launcher    vLLM replicas: ports, GPU groups, logs, readiness, restart with back-off
     discovery   limits from flags, the plan, or the running engine; demo: SmolLM2 on CPU
     startup_summary  what `kvwise serve` prints at start
-    fake_upstream  a canned-token server for benchmarks and failure injection (not an engine)
 """

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -81,8 +81,9 @@ class Gateway:
         self.upstream_headers = {"content-type": "application/json"}
         if config.upstream_api_key:
             self.upstream_headers["authorization"] = f"Bearer {config.upstream_api_key}"
-        self.http = httpx.AsyncClient()  # replaced in start(), inside the serving event loop
-        self.upstream = UpstreamClient(config.connect_timeout_s, config.upstream_timeout_s)
+        self.upstream = UpstreamClient(
+            config.connect_timeout_s, config.upstream_timeout_s, config.upstream_ca
+        )
         self._health_task: asyncio.Task[None] | None = None
         self._is_stopping = False
         self._store_is_reachable = True
@@ -94,12 +95,6 @@ class Gateway:
         )
 
     async def start(self) -> None:
-        timeout = httpx.Timeout(
-            self.config.upstream_timeout_s, connect=self.config.connect_timeout_s
-        )
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
-        await self.http.aclose()
-        self.http = httpx.AsyncClient(timeout=timeout, limits=limits)
         if self.config.sessions is not None:
             self.store = open_store(self.config.sessions.store, self.config.sessions.caps)
         await self.admission.start()
@@ -114,8 +109,7 @@ class Gateway:
                 await self._health_task
         await self.membership.close()
         await self.admission.close()
-        await self.http.aclose()
-        self.upstream.close()
+        await self.upstream.aclose()
         if self.store is not None:
             await self.store.close()
 
@@ -219,39 +213,29 @@ class Gateway:
         `health_failures` probes in a row unanswered within `health_timeout_s` (a hung process:
         it accepts connections and says nothing). Up again at its first good answer."""
         try:
-            status, _ = await self._get(f"{replica.url}/health")
+            timeout_s = self.config.health_timeout_s
+            status, _ = await self.upstream.get_body(f"{replica.url}/health", timeout_s=timeout_s)
             if status != 200:
                 log.warning("replica %s answers /health with %d", replica.name, status)
                 self.mark_down(replica)
                 return
-            status, body = await self._get(f"{replica.url}/metrics")
-        except (asyncio.TimeoutError, UpstreamTimeout):
+            status, body = await self.upstream.get_body(
+                f"{replica.url}/metrics", timeout_s=timeout_s
+            )
+        except UpstreamTimeout:
             replica.num_failed_probes += 1
             if replica.num_failed_probes >= self.config.health_failures:
                 self.mark_down(replica, f"{replica.num_failed_probes} probes unanswered")
             else:
                 log.warning("replica %s slow to answer its health check", replica.name)
             return
-        except UpstreamConnectionError:
-            self.mark_down(replica)
+        except UpstreamConnectionError as exc:
+            self.mark_down(replica, str(exc))
             return
         if not replica.is_healthy:
             log.warning("replica %s answers again: back in service", replica.name)
         replica.is_healthy, replica.num_failed_probes = True, 0
         replica.load = parse_engine_metrics(body.decode()) if status == 200 else None
-
-    async def _get(self, url: str) -> tuple[int, bytes]:
-        """A health-check GET on the relay's own HTTP client: it runs on the serving event loop
-        every tick, where httpx would hold the loop for milliseconds."""
-
-        async def get() -> tuple[int, bytes]:
-            response = await self.upstream.get(url)
-            try:
-                return response.status, await response.read()
-            finally:
-                response.close()
-
-        return await asyncio.wait_for(get(), self.config.health_timeout_s)
 
     async def _health_loop(self) -> None:
         # Python 3.11's asyncio.wait_for returns a result that completed as it was cancelled,
@@ -300,7 +284,7 @@ async def _metrics(request: Request) -> Response:
             raise HttpError(401, "an admin key is required", "authentication_error")
     except HttpError as exc:
         return JSONResponse(exc.body(), exc.status, exc.headers)
-    return Response(gateway.metrics.registry.render(), media_type="text/plain; version=0.0.4")
+    return Response(gateway.metrics.registry.render(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
 async def _models(request: Request) -> Response:
@@ -311,13 +295,13 @@ async def _models(request: Request) -> Response:
         return JSONResponse(exc.body(), exc.status, exc.headers)
     for replica in (r for r in gateway.replicas if r.is_healthy):
         try:
-            upstream = await gateway.http.get(
-                f"{replica.url}/v1/models", headers=gateway.upstream_headers
+            status, body = await gateway.upstream.get_body(
+                f"{replica.url}/v1/models", gateway.upstream_headers
             )
-        except httpx.HTTPError:
+        except UpstreamConnectionError:
             continue
-        if upstream.status_code == 200:
-            return Response(upstream.content, media_type="application/json")
+        if status == 200:
+            return Response(body, media_type="application/json")
     error = HttpError(503, "no healthy replica", "service_unavailable")
     return JSONResponse(error.body(), error.status)
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import uvicorn  # the serve extra, imported first: without it, one line says what to install
+
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
@@ -41,6 +43,7 @@ from kvwise.gateway.replica_dns import DnsTarget, dns_target
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
 from kvwise.gateway.startup_summary import describe, print_limits
+from kvwise.gateway.upstream_http import tls_context
 from kvwise.planner.cli import add_sglang_flags
 
 if TYPE_CHECKING:
@@ -100,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
     )
     engines.add_argument("--upstream-api-key", help="key the engines expect (never the client's)")
+    engines.add_argument(
+        "--upstream-ca", metavar="FILE",
+        help="CA certificate(s), PEM, that https:// upstreams are verified against (default: "
+        "the system's store, or SSL_CERT_FILE)",
+    )  # fmt: skip
     d = GatewayConfig.__dataclass_fields__
     engines.add_argument(
         "--stall-timeout", type=float, default=d["stall_timeout_s"].default,
@@ -321,16 +329,13 @@ def start_engines(args: argparse.Namespace, planned: PlannedLimits | None = None
 
 
 def check_upstream_url(url: str) -> None:
-    """The relay speaks plain HTTP/1.1: an https:// URL would send the upstream key and every
-    prompt in clear text (to port 80), so it is refused rather than downgraded."""
+    """http:// or https:// (certificates verified: the system's store, SSL_CERT_FILE or
+    --upstream-ca); anything else is refused before a byte is sent."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme == "https":
+    if scheme not in ("http", "https"):
         raise UsageError(
-            f"--upstream {url}: TLS to upstreams is not supported yet; use http:// on a private "
-            "network, or a TLS proxy (stunnel, nginx) on the gateway's host"
+            f"--upstream {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8001)"
         )
-    if scheme != "http":
-        raise UsageError(f"--upstream {url}: give an http:// URL (e.g. http://127.0.0.1:8001)")
 
 
 def dns_replicas(args: argparse.Namespace) -> tuple[DnsTarget | None, list[str]]:
@@ -367,6 +372,7 @@ def build_config(
         sessions=session_config(args),
         tokenizer_path=tokenizer,
         upstream_api_key=args.upstream_api_key,
+        upstream_ca=args.upstream_ca,
         server=server_limits(args),
         health_timeout_s=args.health_timeout,
         health_failures=args.health_failures,
@@ -403,7 +409,8 @@ def run(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health check otherwise
+    if args.upstream_ca is not None:
+        tls_context(args.upstream_ca)  # a missing or unreadable file: one line, before any work
     planned = plan_limits(args)
     started = start_engines(args, planned)
     try:
@@ -438,8 +445,6 @@ def check_store_durability(args: argparse.Namespace) -> None:
 
 
 def serve(config: GatewayConfig, host: str, port: int, supervisor: Any) -> None:
-    import uvicorn
-
     from kvwise.gateway.app import create_app
     from kvwise.gateway.server_limits import uvicorn_config
 

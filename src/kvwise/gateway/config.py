@@ -81,6 +81,7 @@ class GatewayConfig:
     sessions: SessionConfig | None
     tokenizer_path: str | None = None  # model folder or tokenizer.json; else byte estimate
     upstream_api_key: str | None = None  # sent to the engines, never the client's key
+    upstream_ca: str | None = None  # CA file for https:// engines; else the system's store
     health_interval_s: float = 1.0
     # A probe (/health, /metrics) unanswered in health_timeout_s fails; health_failures failed
     # in a row mark the replica down (Kubernetes' probe failureThreshold default: 3)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 from dataclasses import dataclass
-
-import httpx
 
 from kvwise.core.flags import flags_from_args
 from kvwise.errors import UpstreamError, UsageError
 from kvwise.gateway.replicas import parse_engine_metrics
+from kvwise.gateway.upstream_http import UpstreamConnectionError, get_once
 
 # vLLM's /metrics and /v1/models do not report it; until given, only the engine's reported
 # waiting requests hold requests back
@@ -105,32 +105,33 @@ def _plan_sglang_limits(args: argparse.Namespace) -> PlannedLimits:
     )
 
 
-def _sglang_server_pool(url: str) -> int | None:
+def _sglang_server_pool(url: str, ca_file: str | None) -> int | None:
     """SGLang's `max_total_num_tokens` from /server_info (0.5.x) or /get_server_info (older)."""
     for path in ("/server_info", "/get_server_info"):
         try:
-            response = httpx.get(f"{url}{path}", timeout=10)
-            value = response.json().get("max_total_num_tokens") if response.is_success else None
-        except (httpx.HTTPError, ValueError, AttributeError):
+            status, body = get_once(f"{url}{path}", ca_file)
+            value = json.loads(body).get("max_total_num_tokens") if status == 200 else None
+        except (UpstreamConnectionError, ValueError, AttributeError):
             continue
         if isinstance(value, int) and value > 0:
             return value
     return None
 
 
-def _engine_limits(url: str) -> tuple[int | None, int | None, str]:
+def _engine_limits(url: str, ca_file: str | None) -> tuple[int | None, int | None, str]:
     """(pool tokens, max_model_len, where the pool came from) as the engine reports them,
     None where it does not."""
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=10).json().get("data") or [{}]
-        metrics = httpx.get(f"{url}/metrics", timeout=10)
-    except (httpx.HTTPError, ValueError) as exc:
-        raise UpstreamError(f"cannot read limits from {url}: {exc}") from exc
+        _, models_body = get_once(f"{url}/v1/models", ca_file)
+        models = json.loads(models_body).get("data") or [{}]
+        metrics_status, metrics = get_once(f"{url}/metrics", ca_file)
+    except (UpstreamConnectionError, ValueError, AttributeError) as exc:
+        raise UpstreamError(f"cannot read limits from {url}: {exc}") from None
     max_model_len = models[0].get("max_model_len")
-    load = parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
+    load = parse_engine_metrics(metrics.decode()) if metrics_status == 200 else None
     pool, source = (load.pool_tokens if load else None), f"{url}/metrics"
     if pool is None and (load is None or load.engine != "vllm"):
-        pool, source = _sglang_server_pool(url), f"{url}/server_info"
+        pool, source = _sglang_server_pool(url, ca_file), f"{url}/server_info"
     return pool, max_model_len if isinstance(max_model_len, int) else None, source
 
 
@@ -145,7 +146,8 @@ def discover_limits(
         if max_len is None or max_len == -1:
             max_len, max_len_source = planned.max_model_len, "the plan"
     if urls and (budget is None or max_len is None or max_len == -1):
-        pool, engine_len, pool_source = _engine_limits(urls[0])
+        ca_file = getattr(args, "upstream_ca", None)
+        pool, engine_len, pool_source = _engine_limits(urls[0], ca_file)
         if budget is None and pool is not None:
             budget, budget_source = pool, f"the engine's KV pool ({pool_source})"
         if (max_len is None or max_len == -1) and engine_len is not None:

@@ -26,10 +26,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from kvwise.core.flags import VllmFlags
 from kvwise.errors import UpstreamError, UsageError
+from kvwise.gateway.upstream_http import UpstreamConnectionError, get_once
 
 log = logging.getLogger("kvwise.gateway.launcher")
 
@@ -187,9 +186,9 @@ class Supervisor:
                         f"replica {name} exited with {run.proc.returncode}:\n{tail}"
                     )
                 try:
-                    if httpx.get(f"{run.launch.url}/health", timeout=2.0).status_code == 200:
+                    if get_once(f"{run.launch.url}/health", None, timeout_s=2.0)[0] == 200:
                         del pending[name]
-                except httpx.HTTPError:
+                except UpstreamConnectionError:
                     pass
             time.sleep(0.5)
         if pending:

@@ -1,18 +1,27 @@
-"""Prometheus text exposition (format 0.0.4) for the gateway, without a client library.
+"""The gateway's `/metrics`: Prometheus exposition by `prometheus_client`, one registry per
+gateway (tests run several in one process).
 
-Counters, gauges and histograms with labels; `render()` writes them in the order they were
-declared. Gauges that mirror live state (queue depth, KV tokens in use) are read through
-callbacks at scrape time, so they are never stale.
+`Counter` and `Histogram` are the library's, behind a call shape the hot path keeps short
+(`inc(*labels)`, `observe(value, *labels)`); `Gauge` is a collector read at scrape time, for
+figures that mirror live state (queue depth, KV tokens in use) or counts kept elsewhere (the
+admission controller's totals, `kind="counter"`), so they are never stale.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 LabelValues = tuple[str, ...]
+
+# The `_created` series (a timestamp per counter and histogram) are not part of what the
+# gateway reports: without them the exposition is the one it always had
+prometheus_client.disable_created_metrics()
 
 # Seconds; covers a 1 ms gateway hop up to a minute-long queue wait.
 # The gateway's own share of a request: tens of microseconds to a few milliseconds.
@@ -20,38 +29,70 @@ OVERHEAD_BUCKETS_S = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: tuple[str, ...], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-@dataclass
 class Counter:
-    name: str
-    help: str
-    label_names: tuple[str, ...] = ()
-    values: dict[LabelValues, float] = field(default_factory=dict)
-    kind = "counter"
+    def __init__(
+        self, name: str, help: str, label_names: tuple[str, ...] = (), *, registry: Registry
+    ) -> None:
+        self.name = name
+        self._metric = prometheus_client.Counter(
+            name, help, label_names, registry=registry.collectors
+        )
+        self._is_labelled = bool(label_names)
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + amount
+        (self._metric.labels(*labels) if self._is_labelled else self._metric).inc(amount)
 
     def get(self, *labels: str) -> float:
-        return self.values.get(labels, 0.0)
-
-    def samples(self) -> Iterable[str]:
-        for labels, value in self.values.items():
-            yield f"{self.name}{_labels(self.label_names, labels)} {value:g}"
+        return _sample(self._metric, f"{self.name}", labels)
 
 
-@dataclass
-class Gauge:
+class Histogram:
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        label_names: tuple[str, ...] = (),
+        buckets: tuple[float, ...] = LATENCY_BUCKETS_S,
+        *,
+        registry: Registry,
+    ) -> None:
+        self.name = name
+        self.buckets = buckets
+        self._metric = prometheus_client.Histogram(
+            name, help, label_names, buckets=buckets, registry=registry.collectors
+        )
+        self._is_labelled = bool(label_names)
+
+    def observe(self, value: float, *labels: str) -> None:
+        (self._metric.labels(*labels) if self._is_labelled else self._metric).observe(value)
+
+    def count(self, *labels: str) -> int:
+        return int(_sample(self._metric, f"{self.name}_count", labels))
+
+    def cumulative(self, *labels: str) -> dict[float, float]:
+        """{upper bound: observations at or under it}, +Inf included; {} before the first."""
+        found: dict[float, float] = {}
+        for metric in self._metric.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_bucket") and _label_values(sample.labels) == labels:
+                    found[float(sample.labels["le"])] = sample.value
+        return found if found.get(float("inf")) else {}
+
+
+def _label_values(labels: dict[str, str]) -> LabelValues:
+    return tuple(value for name, value in labels.items() if name != "le")
+
+
+def _sample(metric: Any, name: str, labels: LabelValues) -> float:
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name == name and _label_values(sample.labels) == labels:
+                return float(sample.value)
+    return 0.0
+
+
+@dataclass(eq=False)  # hashable by identity: the registry keys its collectors
+class Gauge(Collector):
     """A value read at scrape time: `read()` returns {label values: value}. `kind` "counter"
     exposes a count that something else keeps (e.g. the admission controller's totals)."""
 
@@ -61,73 +102,27 @@ class Gauge:
     label_names: tuple[str, ...] = ()
     kind: str = "gauge"
 
-    def samples(self) -> Iterable[str]:
+    def collect(self) -> Iterable[Metric]:
+        family_type = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        family = family_type(self.name, self.help, labels=self.label_names)
         for labels, value in self.read().items():
-            yield f"{self.name}{_labels(self.label_names, labels)} {value:g}"
+            family.add_metric(list(labels), value)
+        yield family
 
 
-@dataclass
-class _Series:
-    bucket_counts: list[int]
-    total: float = 0.0
-    count: int = 0
-
-
-@dataclass
-class Histogram:
-    name: str
-    help: str
-    label_names: tuple[str, ...] = ()
-    buckets: tuple[float, ...] = LATENCY_BUCKETS_S
-    series: dict[LabelValues, _Series] = field(default_factory=dict)
-    kind = "histogram"
-
-    def observe(self, value: float, *labels: str) -> None:
-        series = self.series.get(labels)
-        if series is None:
-            series = self.series[labels] = _Series([0] * len(self.buckets))
-        index = bisect.bisect_left(self.buckets, value)
-        if index < len(self.buckets):
-            series.bucket_counts[index] += 1
-        series.total += value
-        series.count += 1
-
-    def count(self, *labels: str) -> int:
-        series = self.series.get(labels)
-        return series.count if series else 0
-
-    def samples(self) -> Iterable[str]:
-        for labels, series in self.series.items():
-            cumulative = 0
-            for bound, n in zip(self.buckets, series.bucket_counts, strict=True):
-                cumulative += n
-                le = _labels(self.label_names, labels, f'le="{bound:g}"')
-                yield f"{self.name}_bucket{le} {cumulative}"
-            inf = _labels(self.label_names, labels, 'le="+Inf"')
-            yield f"{self.name}_bucket{inf} {series.count}"
-            yield f"{self.name}_sum{_labels(self.label_names, labels)} {series.total:g}"
-            yield f"{self.name}_count{_labels(self.label_names, labels)} {series.count}"
-
-
-Metric = Counter | Gauge | Histogram
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", bound=Gauge)
 
 
 class Registry:
     def __init__(self) -> None:
-        self._metrics: list[Metric] = []
+        self.collectors = prometheus_client.CollectorRegistry(auto_describe=False)
 
     def add(self, metric: M) -> M:
-        self._metrics.append(metric)
+        self.collectors.register(metric)
         return metric
 
     def render(self) -> str:
-        lines: list[str] = []
-        for metric in self._metrics:
-            lines.append(f"# HELP {metric.name} {metric.help}")
-            lines.append(f"# TYPE {metric.name} {metric.kind}")
-            lines.extend(metric.samples())
-        return "\n".join(lines) + "\n"
+        return prometheus_client.generate_latest(self.collectors).decode()
 
 
 class GatewayMetrics:
@@ -207,41 +202,38 @@ class GatewayMetrics:
         )
         for name, help_text, value in replica_gauges:
             registry.add(Gauge(name, help_text, per_replica(value), ("replica",)))
-        self.responses = registry.add(
-            Counter("kvwise_http_responses_total", "responses by status", ("code",))
+        self.responses = Counter(
+            "kvwise_http_responses_total", "responses by status", ("code",), registry=registry
         )
-        self.rate_limited = registry.add(
-            Counter("kvwise_rate_limited_total", "requests over a key's rate limit")
+        self.rate_limited = Counter(
+            "kvwise_rate_limited_total", "requests over a key's rate limit", registry=registry
         )
-        self.disconnects = registry.add(
-            Counter("kvwise_client_disconnects_total", "clients gone mid-request")
+        self.disconnects = Counter(
+            "kvwise_client_disconnects_total", "clients gone mid-request", registry=registry
         )
-        self.failovers = registry.add(
-            Counter("kvwise_failovers_total", "requests moved to another replica")
+        self.failovers = Counter(
+            "kvwise_failovers_total", "requests moved to another replica", registry=registry
         )
-        self.broken_streams = registry.add(
-            Counter(
-                "kvwise_broken_streams_total",
-                "streams ended with an error event after a replica failed",
-            )
+        self.broken_streams = Counter(
+            "kvwise_broken_streams_total",
+            "streams ended with an error event after a replica failed",
+            registry=registry,
         )
-        self.upstream_latency = registry.add(
-            Histogram(
-                "kvwise_request_duration_seconds",
-                "request time, arrival to last byte",
-                ("replica",),
-            )
+        self.upstream_latency = Histogram(
+            "kvwise_request_duration_seconds",
+            "request time, arrival to last byte",
+            ("replica",),
+            registry=registry,
         )
-        self.ttft = registry.add(
-            Histogram("kvwise_ttft_seconds", "time to first token, at the gateway")
+        self.ttft = Histogram(
+            "kvwise_ttft_seconds", "time to first token, at the gateway", registry=registry
         )
-        self.ttft_overhead = registry.add(
-            Histogram(
-                "kvwise_gateway_ttft_overhead_seconds",
-                "the gateway's own processing on the TTFT path (queue wait excluded)",
-                buckets=OVERHEAD_BUCKETS_S,
-            )
+        self.ttft_overhead = Histogram(
+            "kvwise_gateway_ttft_overhead_seconds",
+            "the gateway's own processing on the TTFT path (queue wait excluded)",
+            buckets=OVERHEAD_BUCKETS_S,
+            registry=registry,
         )
-        self.tpot = registry.add(
-            Histogram("kvwise_tpot_seconds", "time per output token after the first")
+        self.tpot = Histogram(
+            "kvwise_tpot_seconds", "time per output token after the first", registry=registry
         )

@@ -38,8 +38,8 @@ async def _url(request: Request) -> str:
     except ValueError:
         data = None
     url = data.get("url") if isinstance(data, dict) else None
-    if not isinstance(url, str) or not url.startswith("http://") or len(url) > 512:
-        raise HttpError(400, 'give {"url": "http://HOST:PORT"}', "invalid_request_error")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or len(url) > 512:
+        raise HttpError(400, 'give {"url": "http(s)://HOST:PORT"}', "invalid_request_error")
     return url
 
 

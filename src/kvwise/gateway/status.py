@@ -20,13 +20,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from kvwise.core import gpus
 from kvwise.gateway.asgi import HttpError, Scope
 from kvwise.gateway.metrics import Histogram
+from kvwise.gateway.upstream_http import UpstreamConnectionError
 from kvwise.live import histograms
 from kvwise.live.host import host_memory
 from kvwise.live.plan_check import departures
@@ -103,13 +103,13 @@ class StatusBoard:
         if not replica.is_healthy:
             return
         try:
-            response = await self.gateway.http.get(
-                f"{replica.url}/metrics", timeout=SCRAPE_TIMEOUT_S
+            status, body = await self.gateway.upstream.get_body(
+                f"{replica.url}/metrics", timeout_s=SCRAPE_TIMEOUT_S
             )
-        except httpx.HTTPError:
+        except UpstreamConnectionError:
             return
-        if response.status_code == 200:
-            self.windows.setdefault(replica.name, EngineWindow()).add(parse_sample(response.text))
+        if status == 200:
+            self.windows.setdefault(replica.name, EngineWindow()).add(parse_sample(body.decode()))
 
     def _compose(self) -> dict[str, Any]:
         replicas = [self._replica(r) for r in self.gateway.replicas]
@@ -184,10 +184,7 @@ def top_queued_flows(queue: Any) -> list[dict[str, Any]]:
 
 
 def _buckets(histogram: Histogram) -> histograms.Buckets:
-    series = histogram.series.get(())
-    if series is None:
-        return {}
-    return histograms.from_counts(histogram.buckets, series.bucket_counts, series.count)
+    return histogram.cumulative()
 
 
 def _history_point(status: dict[str, Any]) -> dict[str, Any]:

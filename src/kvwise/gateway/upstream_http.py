@@ -1,22 +1,37 @@
-"""A small HTTP/1.1 client for the hot path: POST to an engine, relay its (streamed) answer.
+"""The gateway's one HTTP client to its engines: the relay, the health probes, the /metrics
+scrapes, /v1/models, and the engine's limits at start. HTTP/1.1 over asyncio, TLS by `ssl`.
 
-Why not httpx here: its connection pool scans every pooled connection on each request, which
-at 64 concurrent streams took half the gateway's CPU (py-spy), and its per-chunk machinery
-sits between every SSE event and the client. This client does only what the relay needs:
-keep-alive connections per upstream, `Content-Length` and chunked bodies, timeouts, and one
-clean exception type (`UpstreamConnectionError`) for everything that means "this replica failed".
-httpx stays for the rare calls (health checks, /metrics, /v1/models).
+Why not a library here: measured side by side in one run (`benchmarks/gateway_overhead.py`,
+figures in `benchmarks/results/gateway_overhead.txt`), aiohttp cost the gateway about 1.5x the
+CPU per relayed chunk of this client and added more to TTFT, httpx about 3x (its pool scans
+every pooled connection on each request); vllm-router, the Rust reference, sits below all.
+This client does only what the relay needs:
+
+* keep-alive connections per upstream, `Content-Length` and chunked bodies, TCP_NODELAY;
+* TLS for https:// upstreams with certificate and host-name verification against the system's
+  store (OpenSSL's default paths, which `SSL_CERT_FILE` / `SSL_CERT_DIR` override) or exactly
+  the CA file of `--upstream-ca` (as curl's `--cacert`), by the standard library's `ssl`;
+* a connect timeout, and a read timeout that bounds each silence (before the response head,
+  between body reads), not the whole stream;
+* one exception type (`UpstreamConnectionError`) for everything that means "this replica
+  failed", with a one-line reason (an untrusted certificate names its fix).
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
+from kvwise.errors import UsageError
+
+_Key = tuple[str, int, bool]  # host, port, TLS
 MAX_IDLE_PER_UPSTREAM = 256
 MAX_HEAD_BYTES = 64 * 1024
 MAX_READ_BYTES = 64 * 1024
@@ -33,6 +48,30 @@ class UpstreamTimeout(UpstreamConnectionError):
 
 class ReplicaAborted(UpstreamConnectionError):
     """The replica was marked down while this request waited for its answer."""
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """Verifying certificates and host names: against `ca_file` alone when given, else the
+    system's store (OpenSSL's default paths, which `SSL_CERT_FILE` / `SSL_CERT_DIR` override)."""
+    if ca_file is not None and not Path(ca_file).is_file():
+        raise UsageError(f"--upstream-ca {ca_file}: no such file")
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError as exc:
+        raise UsageError(f"--upstream-ca {ca_file}: not a PEM certificate file ({exc})") from None
+
+
+def _connect_error(exc: OSError, host: str, port: int) -> UpstreamConnectionError:
+    """One line for a failed connect or TLS handshake; an untrusted certificate names its fix."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return UpstreamConnectionError(
+            f"TLS certificate of {host}:{port} not trusted ({exc.verify_message}); give its CA "
+            "with --upstream-ca FILE or SSL_CERT_FILE"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return UpstreamConnectionError(f"TLS with {host}:{port} failed ({exc.reason or exc})")
+    reason = exc.strerror or type(exc).__name__
+    return UpstreamConnectionError(f"cannot connect to {host}:{port}: {reason}")
 
 
 class _StaleConnection(UpstreamConnectionError):
@@ -65,9 +104,13 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._deadline_s = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self.lost: asyncio.Future[None] = self._loop.create_future()  # the transport is gone
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")  # under TLS too: the TCP socket beneath
+        if sock is not None:  # asyncio and uvloop set it already; a request is one write
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def set_read_timeout(self, read_timeout_s: float) -> None:
         """For the next exchange. The lazy timer only ever moves its deadline later: a shorter
@@ -95,6 +138,8 @@ class _Connection(asyncio.Protocol):
         self._is_eof = True
         self._error = exc
         self._wake()
+        if not self.lost.done():
+            self.lost.set_result(None)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -177,7 +222,7 @@ class UpstreamResponse:
     headers: dict[str, str]
     _connection: _Connection
     _client: UpstreamClient
-    _key: tuple[str, int]
+    _key: _Key
     _is_consumed: bool = False
     _is_closed: bool = field(default=False)
 
@@ -225,22 +270,32 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float) -> None:
+    def __init__(
+        self, connect_timeout_s: float, read_timeout_s: float, ca_file: str | None = None
+    ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
-        self._idle: defaultdict[tuple[str, int], list[_Connection]] = defaultdict(list)
-        self._targets: dict[str, tuple[tuple[str, int], str, str]] = {}  # url -> parsed, reused
+        self.tls = tls_context(ca_file)
+        self._idle: defaultdict[_Key, list[_Connection]] = defaultdict(list)
+        self._targets: dict[str, tuple[_Key, str, str]] = {}  # url -> parsed, reused
         # connections with a request sent and no response head yet, per server
-        self._waiting: defaultdict[tuple[str, int], set[_Connection]] = defaultdict(set)
+        self._waiting: defaultdict[_Key, set[_Connection]] = defaultdict(set)
         self._is_closed = False
+        self._live: set[_Connection] = set()  # every connection not yet lost, pooled or busy
 
-    def _target(self, url: str) -> tuple[tuple[str, int], str, str]:
-        """(host, port), path and netloc of a URL: a gateway posts to a handful of URLs."""
+    def _target(self, url: str) -> tuple[_Key, str, str]:
+        """(host, port, TLS), path and netloc of a URL: a gateway posts to a handful of URLs."""
         target = self._targets.get(url)
         if target is None:
             parts = urlsplit(url)
-            key = (parts.hostname or "127.0.0.1", parts.port or 80)
-            target = self._targets[url] = (key, parts.path or "/", parts.netloc)
+            is_tls = parts.scheme == "https"
+            key = (parts.hostname or "127.0.0.1", parts.port or (443 if is_tls else 80), is_tls)
+            path = parts.path or "/"
+            target = self._targets[url] = (
+                key,
+                f"{path}?{parts.query}" if parts.query else path,
+                parts.netloc,
+            )
         return target
 
     async def post(
@@ -254,8 +309,27 @@ class UpstreamClient:
         `read_timeout_s`: the longest silence (before the head, between reads) for this one."""
         return await self._request("POST", url, body, headers, read_timeout_s)
 
-    async def get(self, url: str, headers: dict[str, str] | None = None) -> UpstreamResponse:
-        return await self._request("GET", url, b"", headers or {})
+    async def get(
+        self, url: str, headers: dict[str, str] | None = None, timeout_s: float | None = None
+    ) -> UpstreamResponse:
+        return await self._request("GET", url, b"", headers or {}, timeout_s)
+
+    async def get_body(
+        self, url: str, headers: dict[str, str] | None = None, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """Status and whole body of a GET, within `timeout_s` in all (probes, scrapes)."""
+
+        async def get() -> tuple[int, bytes]:
+            response = await self.get(url, headers, timeout_s)
+            try:
+                return response.status, await response.read()
+            finally:
+                response.close()
+
+        try:
+            return await asyncio.wait_for(get(), timeout_s or self.read_timeout_s)
+        except asyncio.TimeoutError:
+            raise UpstreamTimeout(f"no answer from {url} in time") from None
 
     def abort_waiting(self, url: str) -> int:
         """Abort the requests to `url`'s server still waiting for a response head (the replica
@@ -293,7 +367,7 @@ class UpstreamClient:
         return await self._exchange(key, await self._connect(key), request, timeout_s)
 
     async def _exchange(
-        self, key: tuple[str, int], connection: _Connection, request: bytes, timeout_s: float
+        self, key: _Key, connection: _Connection, request: bytes, timeout_s: float
     ) -> UpstreamResponse:
         connection.set_read_timeout(timeout_s)
         waiting = self._waiting[key]
@@ -309,7 +383,7 @@ class UpstreamClient:
             waiting.discard(connection)
         return UpstreamResponse(status, headers, connection, self, key)
 
-    async def _connection(self, key: tuple[str, int]) -> _Connection:
+    async def _connection(self, key: _Key) -> _Connection:
         idle = self._idle[key]
         while idle:
             connection = idle.pop()
@@ -319,19 +393,28 @@ class UpstreamClient:
             connection.close()
         return await self._connect(key)
 
-    async def _connect(self, key: tuple[str, int]) -> _Connection:
+    async def _connect(self, key: _Key) -> _Connection:
         loop = asyncio.get_running_loop()
-        connect = loop.create_connection(lambda: _Connection(self.read_timeout_s), *key)
+        host, port, is_tls = key
+        connect = loop.create_connection(
+            lambda: _Connection(self.read_timeout_s),
+            host,
+            port,
+            ssl=self.tls if is_tls else None,
+            server_hostname=host if is_tls else None,
+        )
         try:
             transport, connection = await asyncio.wait_for(connect, self.connect_timeout_s)
         except asyncio.TimeoutError:
             raise UpstreamTimeout("cannot connect: TimeoutError") from None
         except OSError as exc:
-            raise UpstreamConnectionError(f"cannot connect: {type(exc).__name__}") from None
+            raise _connect_error(exc, host, port) from None
         connection.transport = transport  # uvloop calls connection_made() only after this
+        self._live.add(connection)
+        connection.lost.add_done_callback(lambda _: self._live.discard(connection))
         return connection
 
-    def put_back(self, key: tuple[str, int], connection: _Connection, keep: bool) -> None:
+    def put_back(self, key: _Key, connection: _Connection, keep: bool) -> None:
         # a response that ends after the client closed (a relay finishing during shutdown) must
         # not park its connection in a pool nobody will close
         if keep and not self._is_closed and len(self._idle[key]) < MAX_IDLE_PER_UPSTREAM:
@@ -339,12 +422,44 @@ class UpstreamClient:
         else:
             connection.close()
 
-    def close(self) -> None:
+    def close(self) -> list[_Connection]:
+        """The pooled connections closed (the ones still relaying close when they finish)."""
         self._is_closed = True
-        for connections in self._idle.values():
-            for connection in connections:
-                connection.close()
+        closed = [connection for connections in self._idle.values() for connection in connections]
+        for connection in closed:
+            connection.close()
         self._idle.clear()
+        return closed
+
+    async def aclose(self, timeout_s: float = 1.0) -> None:
+        """Close every connection, pooled or busy (the gateway is stopping: a health probe cut
+        short, a relay past uvicorn's grace), and wait until they are gone: a TLS one sends its
+        close_notify first, and an event loop closed before then still holds its socket."""
+        self.close()
+        live = list(self._live)
+        for connection in live:
+            connection.close()
+        if live:
+            await asyncio.wait([c.lost for c in live], timeout=timeout_s)
+        for connection in self._live:  # a peer that never answered the close: cut it
+            if connection.transport is not None:
+                connection.transport.abort()
+        while self._live and timeout_s > 0:  # the aborts finish on the loop's next passes
+            await asyncio.sleep(0.01)
+            timeout_s -= 0.01
+
+
+def get_once(url: str, ca_file: str | None, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    """One GET outside the serving loop (start-up: the engine's limits, replicas' readiness)."""
+
+    async def get() -> tuple[int, bytes]:
+        client = UpstreamClient(timeout_s, timeout_s, ca_file)
+        try:
+            return await client.get_body(url, timeout_s=timeout_s)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(get())
 
 
 async def _read_head(connection: _Connection) -> tuple[int, dict[str, str]]:

@@ -60,14 +60,3 @@ def quantile(buckets: Buckets, q: float) -> float | None:
             return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
         lower, below = bound, count
     return lower
-
-
-def from_counts(bounds: tuple[float, ...], counts: list[int], total: int) -> Buckets:
-    """Cumulative buckets from per-bucket counts (the gateway's own histograms)."""
-    cumulative: Buckets = {}
-    running = 0
-    for bound, count in zip(bounds, counts, strict=True):
-        running += count
-        cumulative[bound] = float(running)
-    cumulative[math.inf] = float(total)
-    return cumulative

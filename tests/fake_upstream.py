@@ -5,7 +5,7 @@ must not drown in an engine's own jitter) and to inject failures at exact points
 the connection after k tokens, answer 500). Raw asyncio HTTP/1.1 with keep-alive, so that it
 costs as little as possible on both sides of a comparison.
 
-    python -m kvwise.gateway.fake_upstream --port 9000 --ttft-ms 20 --itl-ms 5
+    python -m tests.fake_upstream --port 9000 --ttft-ms 20 --itl-ms 5
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from kvwise.gateway.stream_server import StreamServer, start_stream_server
+from tests.stream_server import StreamServer, start_stream_server
 
 _STATUS_TEXT = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}
 
