@@ -22,10 +22,10 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
 from kvwise.gateway.cli import build_parser, engine_command
 from kvwise.gateway.discovery import plan_limits
-from kvwise.gateway.fake_upstream import Behaviour
 from kvwise.gateway.launcher import plan_launches
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.planner.sglang import SglangFlags, plan_sglang
+from tests.fake_upstream import Behaviour
 from tests.gateway.servers import fake_upstreams
 from tests.gateway.test_cli import kvwise_serve
 
