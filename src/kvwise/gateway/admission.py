@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvwise.gateway.fairqueue import FairQueue, QueueFull
+from kvwise.gateway.fairqueue import FairQueue, QueueFull, QueueShareFull
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.routing import Router
 
@@ -54,6 +54,10 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
+class QueueShareExceeded(Overloaded):
+    """The request's API key already has its share of the queue (keys file `queue_share`)."""
+
+
 @dataclass(frozen=True)
 class Ticket:
     """What admission needs to know about a request."""
@@ -62,6 +66,10 @@ class Ticket:
     affinity_key: str  # session id or system-prompt prefix, for the router
     cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
     num_seqs: int = 1  # sequences vLLM runs for it: n choices x prompts
+    group: str | None = None  # the fair queue's group: the API key (None: the flow itself)
+    queue_share: float | None = None  # at most this share of the queue for the group
+    weight: float = 1.0  # the group's share of KV tokens served, relative to others
+    prompt_tokens: int = 0  # of cost_tokens, the prompts' (upper bound, all sequences)
 
 
 @dataclass
@@ -103,6 +111,7 @@ class Admission:
         if len(self.queue) == 0:
             lease = self._try_reserve(ticket, exclude)
             if lease is not None:
+                self.queue.serve_now(ticket.flow, ticket.cost_tokens, ticket.group, ticket.weight)
                 return lease
         return await self._wait_in_queue(ticket, exclude)
 
@@ -110,7 +119,14 @@ class Admission:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, exclude, loop.create_future())
         try:
-            entry, pushed_out = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
+            entry, pushed_out = self.queue.push(
+                ticket.flow, ticket.cost_tokens, waiter, ticket.group,
+                self._max_group_queued(ticket), ticket.weight,
+            )  # fmt: skip
+        except QueueShareFull:
+            self.num_rejected += 1
+            reason = "queue full for this API key: it has its share of the queue waiting"
+            raise QueueShareExceeded(reason, self.retry_after_s()) from None
         except QueueFull:
             self.num_rejected += 1
             raise Overloaded("queue full", self.retry_after_s()) from None
@@ -132,6 +148,18 @@ class Admission:
                 raise
             self.num_rejected += 1
             raise Overloaded("queue timeout", self.retry_after_s()) from None
+
+    def _max_group_queued(self, ticket: Ticket) -> int | None:
+        if ticket.queue_share is None:
+            return None
+        return max(1, math.floor(ticket.queue_share * self.config.max_queue))
+
+    def charge(self, ticket: Ticket, served_tokens: int) -> None:
+        """The reply held `served_tokens` of KV (prompt + generated): the fair queue charged
+        the reservation when the request left it, and is corrected now."""
+        refund = ticket.cost_tokens - served_tokens
+        if refund > 0:
+            self.queue.charge(ticket.group or ticket.flow, ticket.flow, -refund, ticket.weight)
 
     def _on_queued(self) -> None:
         """A request joined the queue (a shared store polls for room from here on)."""

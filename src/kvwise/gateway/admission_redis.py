@@ -102,6 +102,7 @@ class SharedAdmission(Admission):
         if len(self.queue) == 0:
             lease = await self._reserve_somewhere(ticket, exclude)
             if lease is not None:
+                self.queue.serve_now(ticket.flow, ticket.cost_tokens, ticket.group, ticket.weight)
                 return lease
         return await self._wait_in_queue(ticket, exclude)
 
