@@ -98,6 +98,13 @@ class FairQueue(Generic[T]):
     def queued_tokens(self) -> int:
         return self._live_tokens
 
+    def queued_tokens_by_flow(self) -> dict[str, int]:
+        return {
+            flow: sum(e.cost_tokens for e in entries)
+            for group in self._groups.values()
+            for flow, entries in group.flows.items()
+        }
+
     def counter(self, group: str) -> float:
         """KV tokens served to `group` so far, per unit of weight (after lifts)."""
         return self._counters.values.get(group, 0.0)

@@ -1,0 +1,127 @@
+"""KV-token fairness between API keys, as tenants see it through the real `openai` client.
+
+The upstream is a fake (not an engine) that runs one request at a time and answers each after
+the same 40 ms, whatever its length: what is measured is the gateway's scheduling alone. On a
+real engine a long prompt also takes longer, which only widens the gap measured here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import openai
+
+from kvwise.gateway.config import GatewayConfig, SecurityConfig
+from kvwise.gateway.fake_upstream import Behaviour
+from tests.gateway.servers import fake_upstreams, make_config, running_gateway
+
+HEAVY = "sk-heavy-0123456789abcdef"
+LIGHT = "sk-light-0123456789abcdef"
+NEWCOMER = "sk-newcomer-0123456789abc"
+LONG_PROMPT = "lorem ipsum " * 50  # 600 bytes: ~600 KV tokens by the gateway's bound
+SHORT_PROMPT = "hi"
+
+
+def keys_file(tmp_path: Path) -> SecurityConfig:
+    path = tmp_path / "keys.yaml"
+    names = ("heavy", "light", "newcomer")
+    keys = (HEAVY, LIGHT, NEWCOMER)
+    path.write_text(
+        "keys:\n"
+        + "".join(f"  - {{name: {n}, key: {k}}}\n" for n, k in zip(names, keys, strict=True))
+    )
+    return SecurityConfig(api_keys_file=str(path))
+
+
+def one_at_a_time(url: str, security: SecurityConfig, max_queue: int = 64) -> GatewayConfig:
+    config = make_config([url], max_model_len=8192, max_queue=max_queue, security=security)
+    return replace(config, upstreams=(replace(config.upstreams[0], max_num_seqs=1),))
+
+
+async def flood(url: str, key: str, prompt: str, stop_s: float, done: list[float]) -> None:
+    """One client of the tenant: request after request until `stop_s`; each finish time kept."""
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0) as api:
+        while time.monotonic() < stop_s:
+            await api.chat.completions.create(
+                model="fake", messages=[{"role": "user", "content": prompt}], max_tokens=8
+            )
+            done.append(time.monotonic())
+
+
+def served_kv_tokens(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics").text
+    pattern = r'^kvwise_key_served_kv_tokens_total\{key="(\w+)"\} (\S+)$'
+    return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
+
+
+def test_a_light_key_is_served_while_a_heavy_key_floods_shares_in_kv_tokens(
+    tmp_path: Path,
+) -> None:
+    """Both keys keep 6 requests outstanding for 4 s. Counted in requests (round robin, FIFO)
+    each would get half the turns, so the heavy key would hold ~96% of the KV served; in KV
+    tokens the light key gets many short turns for each long one of the heavy key."""
+    heavy: list[float] = []
+    light: list[float] = []
+    with (
+        fake_upstreams(Behaviour(ttft_s=0.04)) as ups,
+        running_gateway(one_at_a_time(ups[0][0], keys_file(tmp_path))) as gw,
+    ):
+        stop_s = time.monotonic() + 4.0
+
+        async def scenario() -> None:
+            await asyncio.gather(
+                *(flood(gw.url, HEAVY, LONG_PROMPT, stop_s, heavy) for _ in range(6)),
+                *(flood(gw.url, LIGHT, SHORT_PROMPT, stop_s, light) for _ in range(6)),
+            )
+
+        asyncio.run(scenario())
+        served = served_kv_tokens(gw.url)
+    # what each key's requests held, and how many were done while both were sending (the
+    # heavy key's last requests, queued when the light key stopped, finish after)
+    per_request = {"heavy": served["heavy"] / len(heavy), "light": served["light"] / len(light)}
+    num_heavy = sum(t <= stop_s for t in heavy)
+    num_light = sum(t <= stop_s for t in light)
+    assert num_light >= 8 * num_heavy > 0, (num_light, num_heavy)
+    kv_ratio = num_light * per_request["light"] / (num_heavy * per_request["heavy"])
+    assert 0.33 <= kv_ratio <= 3, (kv_ratio, num_light, num_heavy, per_request)
+
+
+def test_a_newcomer_key_is_queued_and_served_while_a_heavy_key_fills_the_queue(
+    tmp_path: Path,
+) -> None:
+    """One request runs at a time; the heavy key fills all 4 places of the queue; a newcomer
+    key arriving then is queued (the heavy key's newest request makes room) and served before
+    the heavy key's backlog: lifted to the heavy key's counter, it is behind only the request
+    of the heavy key that came first (ties go to the older request)."""
+    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+        config = one_at_a_time(ups[0][0], keys_file(tmp_path), max_queue=4)
+        with running_gateway(config) as gw:
+            finished: list[str] = []
+
+            async def ask(key: str, label: str, delay_s: float) -> int:
+                await asyncio.sleep(delay_s)
+                async with openai.AsyncOpenAI(
+                    base_url=f"{gw.url}/v1", api_key=key, max_retries=0
+                ) as api:
+                    try:
+                        await api.chat.completions.create(
+                            model="fake", messages=[{"role": "user", "content": label}],
+                            max_tokens=2,
+                        )  # fmt: skip
+                    except openai.RateLimitError:
+                        return 429
+                finished.append(label)
+                return 200
+
+            async def scenario() -> list[int]:
+                heavy = [ask(HEAVY, f"h{i}", 0.02 * i) for i in range(5)]
+                return await asyncio.gather(*heavy, ask(NEWCOMER, "new", 0.2))
+
+            statuses = asyncio.run(scenario())
+    assert statuses == [200, 200, 200, 200, 429, 200]
+    assert finished[:3] == ["h0", "h1", "new"]
