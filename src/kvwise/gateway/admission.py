@@ -154,6 +154,10 @@ class Admission:
             return None
         return max(1, math.floor(ticket.queue_share * self.config.max_queue))
 
+    def refund(self, ticket: Ticket) -> None:
+        """A request admitted again elsewhere (failover) is charged once, not per replica."""
+        self.charge(ticket, 0)
+
     def charge(self, ticket: Ticket, served_tokens: int) -> None:
         """The reply held `served_tokens` of KV (prompt + generated): the fair queue charged
         the reservation when the request left it, and is corrected now."""

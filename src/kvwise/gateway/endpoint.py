@@ -228,6 +228,7 @@ class Exchange:
             )
         except (Overloaded, NoReplica):
             return False
+        self.gateway.admission.refund(self.prepared.ticket)
         self.gateway.metrics.failovers.inc()
         return True
 

@@ -38,7 +38,7 @@ T = TypeVar("T")
 MAX_IDLE_COUNTERS = 100_000  # counters of groups and flows with nothing queued, at most
 
 
-@dataclass
+@dataclass(eq=False)  # identity: removed from its deque by `is`, not by comparing fields
 class _Entry(Generic[T]):
     seq: int  # arrival order
     group: str
