@@ -51,7 +51,7 @@ def test_failed_attempts_are_a_bucket_per_address(monkeypatch: pytest.MonkeyPatc
 def test_a_keys_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "keys"
     path.write_text("sk-old\n")
-    keys = ApiKeys(("sk-flag",), path)
+    keys = ApiKeys(("sk-flag",), path, settle_s=0)
     assert key_of(keys, "Bearer sk-old") == "sk-old"
     assert not keys.reload()  # unchanged: not read again
     path.write_text("sk-new-key\n")  # sk-old revoked
@@ -66,3 +66,21 @@ def test_a_keys_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read keys file"):
         keys.reload()
     assert key_of(keys, "Bearer sk-flag") == "sk-flag"
+
+
+def test_a_keys_file_being_written_in_place_is_read_once_it_settles(tmp_path: Path) -> None:
+    """An editor saving in place leaves the file empty or cut short for a moment: a change that
+    recent is read at the next check; a file renamed over it (an atomic save) is read at once."""
+    path = tmp_path / "keys"
+    path.write_text("sk-alice\nsk-bob\n")
+    keys = ApiKeys((), path, settle_s=60)
+    path.write_text("sk-alice\n")  # half way through writing "sk-alice\nsk-bob\nsk-carol\n"
+    assert not keys.reload()
+    assert key_of(keys, "Bearer sk-bob") == "sk-bob"  # not locked out by a half-written file
+    assert keys.reload(force=True)  # SIGHUP: the operator says it is whole
+    assert key_of(keys, "Bearer sk-bob") is None
+    staged = tmp_path / "keys.new"
+    staged.write_text("sk-carol\n")
+    staged.replace(path)
+    assert keys.reload()
+    assert key_of(keys, "Bearer sk-carol") == "sk-carol"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +37,23 @@ def tenant_of_key(key: str) -> str:
     return "key:" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
+# A keys file written in place is briefly empty or cut short; one changed this recently is read
+# at the next check instead (a rename or SIGHUP is read at once: see docs/gateway.md)
+SETTLE_S = 0.5
+
+
+def _is_recent(stat: os.stat_result, settle_s: float) -> bool:
+    return time.time() - stat.st_mtime < settle_s
+
+
 class ApiKeys:
     """The accepted keys: fixed ones (flags) and those of a keys file, which `reload` reads
     again when the file changes (a key added, revoked or given new limits without a restart)."""
 
-    def __init__(self, keys: tuple[str, ...], keys_file: Path | None = None) -> None:
+    def __init__(
+        self, keys: tuple[str, ...], keys_file: Path | None = None, settle_s: float = SETTLE_S
+    ) -> None:
+        self._settle_s = settle_s
         self._fixed = [KeyEntry(name_of_unnamed_key(k), k) for k in keys]
         self._file = keys_file
         self._file_version: tuple[int, int, int] | None = None
@@ -69,13 +82,19 @@ class ApiKeys:
         except OSError as exc:
             raise UsageError(f"cannot read keys file {self._file}: {exc.strerror}") from exc
         version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)  # ino: replaced by a rename
-        if version == self._file_version and not force:
+        if not force and version == self._file_version:
             return False
+        if not force and self._is_in_place_edit(version) and _is_recent(stat, self._settle_s):
+            return False  # perhaps half written (an editor saving in place): the next tick
         entries = [*self._fixed, *read_keys_file(self._file)]
         self._file_version = version
         is_changed = [e for _, e in self._entries] != entries
         self._entries = [(e.key.encode(), e) for e in entries]
         return is_changed
+
+    def _is_in_place_edit(self, version: tuple[int, int, int]) -> bool:
+        """The same file changed (a file renamed over it, the usual atomic save, is whole)."""
+        return self._file_version is not None and version[2] == self._file_version[2]
 
     def check(self, authorization: str | None) -> KeyEntry | None:
         """The listed key sent as `Bearer <key>`, or None. Every key is compared, in constant
