@@ -143,3 +143,20 @@ def test_a_full_queue_makes_room_across_keys_first_then_across_a_keys_sessions()
     assert queue.push("a-other", 10, "x0", group="A")[1] == "a1"
     with pytest.raises(QueueFull):  # B would hold 2 of 4 after taking one of A's 2
         queue.push("b-1", 10, "b1", group="B")
+
+
+def test_a_key_with_a_request_running_is_not_idle_and_keeps_its_lead() -> None:
+    queue: FairQueue[str] = FairQueue(max_queue=100)
+    queue.push("heavy", 1000, "h0")
+    queue.push("light", 10, "l0")
+    assert [queue.pop().item, queue.pop().item] == ["h0", "l0"]  # heavy 1000, light 10
+    queue.push("heavy", 1000, "h1")
+    queue.push("light", 10, "l1")  # l0 still running: light keeps 10, not lifted to 1000
+    assert queue.counter("light") == 10
+    queue.finished("light")
+    queue.finished("light")  # l1 never ran: the count stays at none, not below
+    queue.push("light", 10, "l2")
+    assert drain(queue) == ["l1", "l2", "h1"]
+    queue.finished("light")
+    queue.push("late", 10, "late")  # nothing of "late" running: lifted to the least served
+    assert queue.counter("late") == queue.counter("light") == 30

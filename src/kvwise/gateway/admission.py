@@ -144,6 +144,7 @@ class Admission:
             self.queue.cancel(entry)
             if waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.result().release()  # granted just as we gave up: hand it back
+                self.refund(ticket)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             self.num_rejected += 1
@@ -155,15 +156,19 @@ class Admission:
         return max(1, math.floor(ticket.queue_share * self.config.max_queue))
 
     def refund(self, ticket: Ticket) -> None:
-        """A request admitted again elsewhere (failover) is charged once, not per replica."""
-        self.charge(ticket, 0)
+        """A grant not used (failover admits it again elsewhere; a waiter gone as it was
+        granted): charged once per request, not per grant."""
+        self.finish(ticket, 0)
 
-    def charge(self, ticket: Ticket, served_tokens: int) -> None:
-        """The reply held `served_tokens` of KV (prompt + generated): the fair queue charged
-        the reservation when the request left it, and is corrected now."""
-        refund = ticket.cost_tokens - served_tokens
+    def finish(self, ticket: Ticket, served_tokens: int | None) -> None:
+        """The request is done, having held `served_tokens` of KV (prompt + generated; None:
+        not known, the reservation stays charged): the fair queue charged the reservation when
+        the request left it, and is corrected now."""
+        group = ticket.group or ticket.flow
+        refund = ticket.cost_tokens - served_tokens if served_tokens is not None else 0
         if refund > 0:
-            self.queue.charge(ticket.group or ticket.flow, ticket.flow, -refund, ticket.weight)
+            self.queue.charge(group, ticket.flow, -refund, ticket.weight)
+        self.queue.finished(group)
 
     def _on_queued(self) -> None:
         """A request joined the queue (a shared store polls for room from here on)."""

@@ -263,6 +263,7 @@ class SharedAdmission(Admission):
                 self.queue.pop()
             else:  # a request that goes before it arrived meanwhile: it goes next
                 self.queue.cancel(entry)
+                self.queue.serve_now(entry.flow, entry.cost_tokens, entry.group, entry.weight)
             waiter.future.set_result(lease)
 
     def _fail_queued(self, exc: Exception) -> None:

@@ -202,7 +202,7 @@ class Exchange:
         served = ticket.cost_tokens
         if self.generated_tokens is not None:
             served = min(served, ticket.prompt_tokens + self.generated_tokens)
-            self.gateway.admission.charge(ticket, served)
+        self.gateway.admission.finish(ticket, served if self.generated_tokens is not None else None)
         self.gateway.tenants.served_kv_tokens[self.key_name] += served
 
     async def _fail(self, error: HttpError) -> None:

@@ -8,9 +8,11 @@ smallest counter, ties to the oldest request. A group is charged its request's r
 when the request leaves the queue and corrected by `charge` once the reply shows what it
 really held (prompt + generated tokens: the KV cache it occupied), so a key with long prompts
 and one with short ones are served the same KV tokens, not the same number of requests.
-A group that joins the queue is lifted to the smallest counter of those queued (or, with none
-queued, to the counter of the group served last): it gets no credit for having been idle, so
-it cannot then monopolise the engine, and it waits behind nobody's backlog either.
+A group that joins the queue with nothing running is lifted to the smallest counter of the
+groups queued or running (with none, to the counter of the group served last): it gets no
+credit for having been idle, so it cannot then monopolise the engine, and it waits behind
+nobody's backlog either. (The paper's artifact lifts against queued clients only; a client
+whose request is running is not idle here, so it keeps its lead between two requests.)
 
 Within a group the same counters run across its flows (sessions, else end users), so one
 session of a key cannot starve the key's others. Without API keys each flow is its own group.
@@ -87,6 +89,7 @@ class FairQueue(Generic[T]):
         self._groups: dict[str, _Group[T]] = {}  # groups with requests queued
         self._counters = _Counters()
         self._flow_counters: dict[str, _Counters] = {}  # per group, kept while the group is idle
+        self._num_in_service: dict[str, int] = {}  # per group: served, not yet `finished`
         self._seq = itertools.count()
         self._num_live = 0
         self._live_tokens = 0
@@ -128,7 +131,7 @@ class FairQueue(Generic[T]):
         pushed_out = self._make_room(group, flow) if self._num_live >= self.max_queue else None
         entry = _Entry(next(self._seq), group, flow, cost_tokens, weight, item)
         if group not in self._groups:
-            self._counters.lift(group, list(self._groups))
+            self._lift(group)
             counters = self._flow_counters.setdefault(group, _Counters())
             self._groups[group] = _Group(group, counters=counters)
             self._forget_idle(self._groups[group])
@@ -189,13 +192,31 @@ class FairQueue(Generic[T]):
         passed through the queue (lifted, then charged), so counters count all service."""
         group = flow if group is None else group
         if group not in self._groups:
-            self._counters.lift(group, list(self._groups))
+            self._lift(group)
         counters = self._flow_counters.setdefault(group, _Counters())
         if group not in self._groups or flow not in self._groups[group].flows:
             counters.lift(flow, list(self._groups[group].flows) if group in self._groups else [])
         self._served(group, flow, cost_tokens, weight)
 
+    def _lift(self, group: str) -> None:
+        """A group with nothing queued joins: lifted to the least-served group queued or in
+        service. One with a request still running is not idle and keeps its counter (a client
+        sending its next request as the last one ends would otherwise lose its lead)."""
+        if self._num_in_service.get(group):
+            return
+        active = set(self._groups) | set(self._num_in_service)
+        self._counters.lift(group, [g for g in active if g in self._counters.values])
+
+    def finished(self, group: str) -> None:
+        """A request served (popped or `serve_now`) is done: its group may become idle."""
+        left = self._num_in_service.get(group, 0) - 1
+        if left > 0:
+            self._num_in_service[group] = left
+        else:
+            self._num_in_service.pop(group, None)
+
     def _served(self, group: str, flow: str, cost_tokens: int, weight: float) -> None:
+        self._num_in_service[group] = self._num_in_service.get(group, 0) + 1
         self.charge(group, flow, cost_tokens, weight)
         self._counters.last_served = self._counters.values[group]
         flow_counters = self._flow_counters[group]
@@ -230,7 +251,7 @@ class FairQueue(Generic[T]):
     def _forget_idle(self, state: _Group[T]) -> None:
         """Bounded memory: past MAX_IDLE_COUNTERS, counters of those with nothing queued go
         (they would be lifted on their return anyway, losing at most their lead)."""
-        self._counters.forget_idle(set(self._groups))
+        self._counters.forget_idle(set(self._groups) | set(self._num_in_service))
         state.counters.forget_idle(set(state.flows))
         if len(self._flow_counters) > MAX_IDLE_COUNTERS:
             self._flow_counters = {
