@@ -2,7 +2,7 @@
 
 Feeds each failure record's `excerpt` + `error_text` (what a user pastes) and compares the
 doctor's kind with the record's `failure_kind`, read through the mapping documented in
-tests/doctor/test_validation.py (a `cuda_oom` record is right for any out-of-memory kind the
+tests/doctor/dataset_kinds.py (a `cuda_oom` record is right for any out-of-memory kind the
 doctor can place). Point it at any file of the same format, e.g. the held-back cases:
 
     .venv/bin/python benchmarks/doctor_accuracy.py [path/to/vllm_startup_logs.jsonl]
@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from kvwise.doctor.diagnose import diagnose
-from kvwise.doctor.kinds import DATASET_KINDS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the mapping in tests/doctor
+
+from tests.doctor.dataset_kinds import DATASET_KINDS
 
 DATA = (
     Path(__file__).resolve().parents[1]

@@ -2,8 +2,9 @@
 
 In-sample: tests/data/validation/vllm_startup_logs.jsonl, the logs the planner's fitted constants
 were fitted on. Out-of-sample: tests/data/validation/unseen/*.jsonl, public logs collected after
-the constants were set and never used to fit them. Every case that could not be planned, or got
-the wrong start/fail verdict, is listed with the reason.
+the constants were set and never used to fit them, reported as two sets: batches a-c (some
+records examined one by one while release rules were fixed) and the held-out batch d. Every
+case that could not be planned, or got the wrong start/fail verdict, is listed with the reason.
 
     .venv/bin/python benchmarks/planner_accuracy.py [--json]
 """
@@ -19,11 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.planner.accuracy import (
-    IN_SAMPLE,
     by_family,
     load,
-    out_of_sample_files,
     report_lines,
+    report_sets,
     score_all,
 )
 
@@ -32,7 +32,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="machine-readable figures")
     args = parser.parse_args()
-    sets = {"in-sample": IN_SAMPLE, "out-of-sample": out_of_sample_files()}
+    sets = report_sets()
     scored = {label: score_all(load(paths)) for label, paths in sets.items()}
     if args.json:
         out = {

@@ -62,4 +62,6 @@ fi
 .venv/bin/ruff format --check src tests benchmarks scripts setup.py
 .venv/bin/mypy
 .venv/bin/lint-imports  # the layer contract in pyproject.toml: no import from a lower layer up
+.venv/bin/vulture  # no dead code in the package ([tool.vulture]: the names used where it cannot see)
+.venv/bin/deptry src  # every import declared, every dependency imported ([tool.deptry])
 .venv/bin/pytest "$@"

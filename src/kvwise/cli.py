@@ -35,7 +35,7 @@ _SERVE_MODULES = frozenset(
 EXTRAS: dict[str, tuple[str, frozenset[str]]] = {
     "serve": ("serve", _SERVE_MODULES),
     "bench": ("serve", _SERVE_MODULES),
-    "calibrate": ("serve", _SERVE_MODULES),
+    "calibrate": ("calibrate", frozenset({"scipy", "numpy"})),
     "top": ("serve", _SERVE_MODULES),
 }
 

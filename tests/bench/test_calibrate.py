@@ -4,6 +4,8 @@ the user's GPU and model, and the simulator then uses it and says so."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -142,6 +144,30 @@ def test_calibrate_without_gpu_or_model_says_which_flag_is_missing(
     results = _results_file(tmp_path / "results.json")
     assert main(["calibrate", str(results), "--model", TINY_CONFIG]) == 2
     assert "pass --gpu" in capsys.readouterr().err
+
+
+BLOCK_CALIBRATE_EXTRA = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"scipy"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from kvwise.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_calibrate_extra_one_line_says_what_to_install(tmp_path: Path) -> None:
+    """As after a plain `pip install -e .`: scipy cannot be imported."""
+    results = _results_file(tmp_path / "results.json")
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_CALIBRATE_EXTRA, "calibrate", str(results)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'kvwise[calibrate]'" in lines[0], done.stderr
 
 
 def test_calibrate_rejects_a_file_that_is_not_bench_results(

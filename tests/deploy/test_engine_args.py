@@ -45,7 +45,7 @@ def test_kvwise_serve_accepts_the_gateway_command_as_written(
     args = gateway_parser().parse_args(gateway["args"])
     assert args.model == "Qwen/Qwen2.5-7B-Instruct"
     assert args.gpu == "rtx4090" and args.max_model_len == 16384
-    assert len(args.upstream) == 2 and args.host == "0.0.0.0"
+    assert args.upstream_dns == "vllm:8000" and args.host == "0.0.0.0"
     assert args.session_store.startswith("redis://")
 
 

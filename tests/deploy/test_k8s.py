@@ -97,19 +97,22 @@ def test_the_gateway_reaches_every_replica_by_a_name_the_headless_service_resolv
     vllm_docs = documents(tmp_path / "vllm.yaml")
     (headless,) = by_kind(vllm_docs, "Service")
     assert headless["spec"]["clusterIP"] == "None"
-    names = set()
-    for deployment in by_kind(vllm_docs, "Deployment"):
+    deployments = by_kind(vllm_docs, "Deployment")
+    for deployment in deployments:
         pod = deployment["spec"]["template"]
         assert pod["spec"]["subdomain"] == headless["metadata"]["name"]
         selector = headless["spec"]["selector"]
         assert selector.items() <= pod["metadata"]["labels"].items()
         port = container(deployment)["ports"][0]["containerPort"]
-        names.add(f"http://{pod['spec']['hostname']}.{pod['spec']['subdomain']}:{port}")
+        # deleted, a replica keeps serving until the gateways have stopped sending it requests
+        drain_s = int(container(deployment)["lifecycle"]["preStop"]["exec"]["command"][1])
+        assert drain_s >= 35 and pod["spec"]["terminationGracePeriodSeconds"] > drain_s
     (gateway,) = by_kind(documents(tmp_path / "gateway.yaml"), "Deployment")
     args = container(gateway)["args"]
-    upstreams = {args[i + 1] for i, word in enumerate(args) if word == "--upstream"}
-    assert len(names) == 3
-    assert upstreams == names
+    assert len(deployments) == 3 and "--upstream" not in args
+    # the headless Service's name lists every ready replica: those added later are found too
+    assert args[args.index("--upstream-dns") + 1] == f"{headless['metadata']['name']}:{port}"
+    assert headless["spec"]["ports"][0]["port"] == port
 
 
 def test_the_gateway_has_two_pods_a_disruption_budget_and_sessions_in_the_aof_redis(

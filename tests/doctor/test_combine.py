@@ -76,9 +76,14 @@ def test_when_nothing_within_the_knobs_starts_it_says_so_and_what_would() -> Non
     prescription = report.prescription
     assert prescription.best is None and prescription.command is None
     assert "alone or combined, starts it on RTX 4090" in prescription.advice
-    assert "--tensor-parallel-size 8 over 8 such GPUs starts" in prescription.advice
+    # TP 8 on GeForce cards (no P2P: NCCL in the graphs) at 0.9 leaves less room than vLLM's
+    # own graph bound, so the verdict there is not modelled and the doctor adds what it needs
+    assert "--tensor-parallel-size 8" in prescription.advice
+    assert "over 8 such GPUs starts" in prescription.advice
     assert "quantized checkpoint" in prescription.advice
-    assert _starts(model, "rtx4090", max_model_len=32768, tensor_parallel_size=8)
+    assert _starts(
+        model, "rtx4090", max_model_len=32768, tensor_parallel_size=8, enforce_eager=True
+    )
     assert not _starts(model, "rtx4090", max_model_len=32768, tensor_parallel_size=4)
 
 

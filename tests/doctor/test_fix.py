@@ -47,8 +47,9 @@ def test_a_fix_the_planner_completes_with_a_second_change() -> None:
     assert best is not None and best.plan is not None and best.plan.starts
     logged_capacity = 81536  # "... stored in KV cache (81536)"
     assert best.changes["max_model_len"] <= logged_capacity
-    # at gpu_memory_utilization 0.98 the budget exceeds what is free once the KV cache is allocated
-    assert best.changes["gpu_memory_utilization"] < 0.98
+    # the log's release (0.6.x, V0) counts the CUDA context inside the 0.98 budget, so the 0.47
+    # GiB beside it holds V0's graphs: the utilization may stay, the context must shrink
+    assert best.plan.memory.peak_device_bytes <= best.plan.memory.total_bytes
     assert "--tensor-parallel-size 2" in report.prescription.command
 
 

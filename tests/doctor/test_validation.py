@@ -1,7 +1,7 @@
 """`kvwise doctor` on the real start-up logs in tests/data/validation (public logs with their sources).
 
 Each failure record is fed as a user would paste it: its `excerpt` and its `error_text`.
-The root cause must match the record's `failure_kind`, read through `kinds.DATASET_KINDS`
+The root cause must match the record's `failure_kind`, read through `dataset_kinds.DATASET_KINDS`
 (the mapping is documented there): the dataset says `cuda_oom` where its collector did not
 identify the stage, and the doctor names the stage when the log shows it, so a `cuda_oom`
 record is right for any out-of-memory kind whose evidence holds the OOM line (checked below).
@@ -20,6 +20,7 @@ from kvwise.doctor import kinds
 from kvwise.doctor.diagnose import diagnose
 from kvwise.doctor.parse import parse_log
 from kvwise.doctor.text import read_log
+from tests.doctor.dataset_kinds import DATASET_KINDS
 from tests.doctor.records import load, pasted
 
 ACCURACY_BAR = 0.85
@@ -44,9 +45,7 @@ def test_failure_cases_are_named_right(fidelity_report: list[str]) -> None:
     right, misses = 0, []
     for record in failures:
         report = diagnose(pasted(record))  # must not raise
-        accepted = kinds.DATASET_KINDS.get(
-            record["failure_kind"], frozenset({record["failure_kind"]})
-        )
+        accepted = DATASET_KINDS.get(record["failure_kind"], frozenset({record["failure_kind"]}))
         if report.diagnosis.kind in accepted and report.diagnosis.evidence:
             right += 1
         else:

@@ -58,3 +58,19 @@ def test_sampled_gauges_give_peak_and_mean() -> None:
 
 def test_a_server_without_vllm_metrics_has_no_report() -> None:
     assert server_report(None, None, None) is None
+
+
+def test_sglangs_documented_page_gives_the_same_figures() -> None:
+    """SGLang's docs sample (tests/gateway/data, source in its header), read as `kvwise bench`
+    reads a server before and after a run."""
+    from pathlib import Path
+
+    from kvwise.live.metrics import COUNTERS, GAUGES
+
+    page = (Path(__file__).parents[1] / "gateway/data/sglang_docs_metrics_sample.txt").read_text()
+    snapshot = parse_prometheus(page)
+    assert snapshot.figure(COUNTERS["prompt_tokens"]) == 8_128_902
+    assert snapshot.figure(COUNTERS["generation_tokens"]) == 7_557_572
+    assert snapshot.figure(GAUGES["num_requests_running"]) == 162
+    assert snapshot.figure(GAUGES["num_requests_waiting"]) == 2826
+    assert snapshot.figure(GAUGES["kv_cache_usage"]) == 0.28

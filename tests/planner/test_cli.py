@@ -201,3 +201,30 @@ def test_a_recommendation_keeps_them_too_and_names_the_gpu_by_its_key(
     best = json.loads(capsys.readouterr().out)["recommendations"][0]["commands"]
     assert best["vllm"].endswith(" ".join(TOOL_FLAGS))
     assert "--gpu rtx4090 --launch" in best["kvwise_serve"]
+
+
+def test_a_verdict_kvwise_does_not_model_is_said_not_guessed() -> None:
+    # TP 4 over PCIe L4s: NCCL carries the all-reduces captured in the graphs, and 0.9 leaves
+    # less room beside the budget than vLLM's own 3 GiB bound for graphs
+    args = ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "l4"]
+    args += ["--tensor-parallel-size", "4", "--max-model-len", "8192", "--vllm-version", "0.6.5"]
+    table = _run(*args)
+    assert table.returncode == 1, table.stderr  # not known to start
+    assert "verdict not modelled: CUDA-graph capture at TP 4" in " ".join(table.stdout.split())
+    assert "vLLM starts" not in table.stdout and "refuses" not in table.stdout
+    data = json.loads(_run(*args, "--json").stdout)
+    assert data["starts"] is False and data["error"] is None
+    assert data["verdict_not_modelled"].startswith("not modelled: CUDA-graph capture at TP 4")
+    assert data["kv"]["tokens"] > 0
+
+
+def test_explain_names_a_variant_whose_verdict_is_not_modelled() -> None:
+    args = ["plan", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "l4", "--explain", "--json"]
+    args += ["--tensor-parallel-size", "4", "--max-model-len", "8192", "--vllm-version", "0.6.5"]
+    done = _run(*args)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    knobs = {k["knob"]: k for k in json.loads(done.stdout)["knobs"]}
+    assert knobs["--enforce-eager"]["starts"] is True  # no graphs, no NCCL in them
+    # a variant that keeps 0.9 says its verdict is not modelled instead of naming an error
+    effect = knobs["--block-size 8"]["effect"]
+    assert "start/fail verdict not modelled: CUDA-graph capture at TP 4" in effect

@@ -216,8 +216,10 @@ def test_awq_needs_an_awq_checkpoint() -> None:
 
 
 def test_v0_budget_beyond_free_memory_fails_allocating_kv_not_capturing_graphs() -> None:
+    # 0.6.3 budgets what the instance adds after its CUDA context exists, so 0.99 of the card
+    # is more than is free; 0.6.4's global accounting counts the context inside the budget
     result = _plan(
-        version="0.6.4", gpu_memory_utilization=0.99, max_model_len=8192, enforce_eager=True
+        version="0.6.3", gpu_memory_utilization=0.99, max_model_len=8192, enforce_eager=True
     )
     assert result.error is not None and result.error.kind == "insufficient_free_memory_at_startup"
     assert "allocating the KV cache" in result.error.message

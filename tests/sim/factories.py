@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kvwise.sim.block_pool import NULL_BLOCK, BlockPool
 from kvwise.sim.engine import EngineConfig
 from kvwise.sim.kv_cache_manager import KVCacheManager
 from kvwise.sim.request import Request, Segment
@@ -109,3 +110,8 @@ def flat_config(num_gpu_blocks: int = 256, **engine: int | bool) -> SimConfig:
     return SimConfig(
         EngineConfig(num_gpu_blocks=num_gpu_blocks, **fields), FLAT_COST, FLAT_COEFFICIENTS
     )  # type: ignore[arg-type]
+
+
+def cached_blocks(pool: BlockPool) -> dict[int, int]:
+    """The prefix-cache map, block hash -> block id."""
+    return {h: b for h, b in enumerate(pool.cached) if b != NULL_BLOCK}

@@ -16,9 +16,11 @@ itself depends on the coefficients, so callers alternate simulating and fitting 
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
+from kvwise.bench.lsq import bounded_lsq
 from kvwise.sim.request import Request
 from kvwise.sim.runner import SimResult
 from kvwise.sim.steptime import BASIS_NAMES, StepTimeCoefficients, basis, gemm_excess_s
@@ -29,12 +31,11 @@ COEFFICIENT_NAMES = (*BASIS_NAMES, *FRONT_END_NAMES)
 
 def values_of(coefficients: StepTimeCoefficients) -> tuple[float, ...]:
     """Every coefficient, in COEFFICIENT_NAMES order."""
-    return (*coefficients.vector(), *coefficients.front_end_vector())
+    return tuple(getattr(coefficients, name) for name in COEFFICIENT_NAMES)
 
 
 def from_values(values: list[float] | tuple[float, ...]) -> StepTimeCoefficients:
-    step, front_end = values[: len(BASIS_NAMES)], values[len(BASIS_NAMES) :]
-    return StepTimeCoefficients.from_vector(list(step), *front_end)
+    return StepTimeCoefficients(**dict(zip(COEFFICIENT_NAMES, values, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,6 @@ def fit_coefficients(
     *,
     ridge: float = 0.2,
     robust_rounds: int = 8,
-    iterations: int = 2000,
 ) -> StepTimeCoefficients:
     """Coefficients minimising the rows' relative errors, robustly, with a ridge towards `prior`.
 
@@ -209,7 +209,7 @@ def fit_coefficients(
     fitted = prior
     weights = [t.weight for t in rows]
     for _ in range(robust_rounds):
-        fitted = _solve(rows, weights, prior, ridge, iterations)
+        fitted = _solve(rows, weights, prior, ridge)
         errors = [abs(t.predicted(fitted) - t.measured) / t.measured for t in rows]
         weights = [t.weight / max(e, ROBUST_FLOOR) for t, e in zip(rows, errors, strict=False)]
     return fitted
@@ -226,42 +226,26 @@ def _solve(
     weights: list[float],
     prior: StepTimeCoefficients,
     ridge: float,
-    iterations: int,
 ) -> StepTimeCoefficients:
-    """min sum(w * rel_err^2) + ridge * sum((x - x_prior)^2) within LOWER_BOUNDS, by cyclic
-    coordinate descent on x = c / scale (each step solves one coordinate exactly; convex).
-    The scale is the prior itself, or UNIT_S for overheads the prior sets to 0."""
+    """min sum(w * rel_err^2) + ridge * sum((x - x_prior)^2) within LOWER_BOUNDS, on
+    x = c / scale: one bounded least-squares problem (`kvwise.bench.lsq`), a row per target
+    and a ridge row per coefficient. The scale is the prior itself, or UNIT_S for overheads
+    the prior sets to 0."""
     prior_values = values_of(prior)
     scale = [v if v > 0 else UNIT_S for v in prior_values]
     anchor = [v / s for v, s in zip(prior_values, scale, strict=True)]  # 1, or 0
     lower = [
         LOWER_BOUNDS.get(name, 0.0) / s for name, s in zip(COEFFICIENT_NAMES, scale, strict=True)
     ]
-    gram, rhs = _normal_equations(rows, weights, scale)
-    k = len(scale)
-    for i in range(k):
-        gram[i][i] += ridge
-        rhs[i] += ridge * anchor[i]  # pulls x towards the prior
-    x = [max(a, lo) for a, lo in zip(anchor, lower, strict=True)]
-    for _ in range(iterations):
-        for i in range(k):
-            grad = sum(gram[i][j] * x[j] for j in range(k)) - rhs[i]
-            x[i] = max(lower[i], x[i] - grad / gram[i][i])
+    matrix: list[list[float]] = []
+    rhs: list[float] = []
+    for target, weight in zip(rows, weights, strict=True):
+        w = math.sqrt(weight) / target.measured  # relative errors
+        matrix.append([w * r * s for r, s in zip(target.row, scale, strict=True)])
+        rhs.append(w * (target.measured - target.offset))
+    root = math.sqrt(ridge)
+    for i, value in enumerate(anchor):  # pulls x towards the prior
+        matrix.append([root if j == i else 0.0 for j in range(len(scale))])
+        rhs.append(root * value)
+    x = bounded_lsq(matrix, rhs, lower)
     return from_values([xi * si for xi, si in zip(x, scale, strict=True)])
-
-
-def _normal_equations(
-    rows: list[Target], weights: list[float], scale: list[float]
-) -> tuple[list[list[float]], list[float]]:
-    k = len(scale)
-    gram = [[0.0] * k for _ in range(k)]
-    rhs = [0.0] * k
-    for target, weight in zip(rows, weights, strict=False):
-        w = weight / target.measured**2  # relative errors
-        a = [r * s for r, s in zip(target.row, scale, strict=False)]
-        b = target.measured - target.offset
-        for i in range(k):
-            rhs[i] += w * a[i] * b
-            for j in range(k):
-                gram[i][j] += w * a[i] * a[j]
-    return gram, rhs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvwise.sim.block_pool import NO_HASH, BlockPool
+from tests.sim.factories import cached_blocks
 
 
 def test_blocks_come_from_the_front_and_the_null_block_never_does() -> None:
@@ -41,9 +42,9 @@ def test_cached_free_blocks_stay_findable_until_taken_again_lru_first() -> None:
         pool.cache_block(block, value)
     pool.free_blocks(blocks)  # free queue: 1, 2, 3 (all still cached)
     assert pool.num_free_blocks == 3  # cached blocks do not reduce capacity
-    assert pool.cached_blocks() == {111: 1, 222: 2, 333: 3}
+    assert cached_blocks(pool) == {111: 1, 222: 2, 333: 3}
     assert pool.get_new_blocks(1) == [1]  # the oldest free block is evicted first
-    assert pool.cached_blocks() == {222: 2, 333: 3}
+    assert cached_blocks(pool) == {222: 2, 333: 3}
     assert pool.num_evictions == 1
 
 
@@ -82,7 +83,7 @@ def test_the_first_block_registered_under_a_hash_keeps_it() -> None:
     first, second = pool.get_new_blocks(2)
     pool.cache_block(first, 7)
     pool.cache_block(second, 7)
-    assert pool.cached_blocks() == {7: first}
+    assert cached_blocks(pool) == {7: first}
     assert pool.block_hash[second] == NO_HASH
 
 

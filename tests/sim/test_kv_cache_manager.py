@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvwise.sim.kv_cache_manager import KVCacheManager
-from tests.sim.factories import request
+from tests.sim.factories import cached_blocks, request
 
 BLOCK = 4
 
@@ -100,4 +100,4 @@ def test_without_prefix_caching_nothing_is_shared_or_registered() -> None:
     kv = manager(16, caching=False)
     admit(kv, request(1, [(7, 8), (100, 3)]))
     assert kv.get_computed_blocks(request(2, [(7, 8), (200, 5)])) == []
-    assert kv.pool.cached_blocks() == {}
+    assert cached_blocks(kv.pool) == {}

@@ -59,6 +59,12 @@ def test_an_unreachable_url_is_one_line_and_exit_2(capsys: pytest.CaptureFixture
     assert err.count("\n") == 1 and "cannot reach" in err and url in err
 
 
+def test_a_bad_option_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["top", "--interval", "soon"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--interval" in err and "'soon'" in err
+
+
 def test_a_gateway_with_admin_keys_asks_for_one(capsys: pytest.CaptureFixture[str]) -> None:
     security = SecurityConfig(admin_keys=("sk-admin",))
     with (
@@ -100,7 +106,7 @@ def test_gpu_memory_from_nvml_shows_in_json_and_in_the_view(
     from kvwise.core import gpus
 
     card = gpus.find_gpu("rtx4090")
-    seen = replace(card, free_bytes=card.memory_bytes - 20 * gpus.GIB, memory_source="NVML")
+    seen = replace(card, free_bytes=card.memory_bytes - 20 * gpus.GIB)
     monkeypatch.setattr(gpus, "detect_gpus", lambda: [seen])
     with (
         metered_upstream() as (url, upstream),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvwise.advisor.candidates import Candidate, candidates, peak_kv_demand_tokens
 from kvwise.advisor.evaluate import Evaluation, Objectives, evaluate, plan_candidate, rank
@@ -18,6 +18,7 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner import Plan
+from kvwise.sim.interconnect import Topology
 from kvwise.sim.workloads import (
     Workload,
     WorkloadSpec,
@@ -41,6 +42,8 @@ class Recommendation:
     # with objectives no candidate meets: the most agent sessions the best candidate serves
     # within them (0: not even one; None: no objectives, they are met, or not an agent workload)
     max_sessions_meeting: int | None = None
+    topology: Topology = field(default_factory=Topology)
+    topology_text: str = ""  # the nodes and links, as the report names them
 
     @property
     def best(self) -> Evaluation | None:
@@ -50,7 +53,7 @@ class Recommendation:
 def _shortlist(planned: list[tuple[Candidate, Plan]]) -> list[tuple[Candidate, Plan]]:
     """Per checkpoint, KV dtype and layout: CUDA graphs if that starts, else --enforce-eager
     (graphs cost some KV but decode faster; eager is the fallback when memory is that tight)."""
-    chosen: dict[tuple[str, str, int, int], tuple[Candidate, Plan]] = {}
+    chosen: dict[tuple[str, str, int, int, int], tuple[Candidate, Plan]] = {}
     for candidate, result in planned:
         if not result.starts:
             continue
@@ -58,6 +61,7 @@ def _shortlist(planned: list[tuple[Candidate, Plan]]) -> list[tuple[Candidate, P
             candidate.model.model_id,
             result.flags.kv_cache_dtype,
             candidate.tp,
+            candidate.pp,
             candidate.replicas,
         )
         if key not in chosen or (
@@ -74,12 +78,15 @@ def recommend(
     spec: WorkloadSpec,
     *,
     num_gpus: int = 1,
+    topology: Topology | None = None,
     objectives: Objectives | None = None,
     vllm_version: str | None = None,
     seed: int = 0,
     trim_history: bool = True,
 ) -> Recommendation:
+    """`topology` (nodes, GPUs per node, links) wins over `num_gpus` (that many on one node)."""
     objectives = objectives or Objectives()
+    topology = topology or Topology(1, num_gpus)
     workload = build_workload(spec, random.Random(seed))
 
     def run(candidate: Candidate, result: Plan, load: Workload = workload) -> Evaluation:
@@ -93,13 +100,14 @@ def recommend(
             vllm_version=vllm_version,
             seed=seed,
             history_budget_tokens=budget,
+            topology=topology,
         )
 
     base = Candidate(model, flags, 1)
     baseline = run(base, plan_candidate(base, gpu, vllm_version))
     planned = [
         (c, plan_candidate(c, gpu, vllm_version))
-        for c in candidates(model, flags, workload, num_gpus)
+        for c in candidates(model, flags, workload, topology)
     ]
     evaluations = []
     for candidate, result in _shortlist(planned):
@@ -117,6 +125,8 @@ def recommend(
         demand_tokens=peak_kv_demand_tokens(workload),
         required_len=required_max_model_len(workload),
         max_sessions_meeting=_sessions_meeting(ranked, spec, objectives, run, seed),
+        topology=topology,
+        topology_text=topology.describe(gpu),
     )
 
 

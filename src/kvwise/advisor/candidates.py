@@ -13,6 +13,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.models import ModelSpec
 from kvwise.errors import KvwiseError
+from kvwise.sim.interconnect import Topology
 from kvwise.sim.workloads import Workload, required_max_model_len
 
 LENGTH_ROUNDING = 1024  # recommended max_model_len: the workload's longest request, rounded up
@@ -22,11 +23,15 @@ LENGTH_ROUNDING = 1024  # recommended max_model_len: the workload's longest requ
 class Candidate:
     model: ModelSpec
     flags: VllmFlags
-    replicas: int  # vLLM instances across the GPUs, each on tensor_parallel_size GPUs
+    replicas: int  # vLLM instances across the GPUs, each on tp x pp GPUs
 
     @property
     def tp(self) -> int:
         return self.flags.tensor_parallel_size or 1
+
+    @property
+    def pp(self) -> int:
+        return self.flags.pipeline_parallel_size or 1
 
     def label(self) -> str:
         """Short: the checkpoint's quantization and the knobs that differ from vLLM's defaults."""
@@ -45,6 +50,8 @@ class Candidate:
             parts.append("eager")
         if self.tp > 1:
             parts.append(f"TP{self.tp}")
+        if self.pp > 1:
+            parts.append(f"PP{self.pp}")
         if self.replicas > 1:
             parts.append(f"{self.replicas} replicas")
         return " · ".join(parts)
@@ -84,16 +91,31 @@ def _awq_variant(model: ModelSpec) -> ModelSpec | None:
         return None
 
 
-def _layouts(model: ModelSpec, num_gpus: int) -> list[tuple[int, int]]:
-    """(tensor_parallel_size, replicas) splits of the GPUs that the model's heads allow."""
+def _tp_sizes(model: ModelSpec, gpus_per_node: int) -> list[int]:
+    """Tensor-parallel sizes inside one node that the model's heads allow."""
     out = []
-    for tp in range(1, num_gpus + 1):
-        if num_gpus % tp or model.num_attention_heads % tp:
+    for tp in range(1, gpus_per_node + 1):
+        if gpus_per_node % tp or model.num_attention_heads % tp:
             continue
         kv = model.num_kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             continue
-        out.append((tp, num_gpus // tp))
+        out.append(tp)
+    return out
+
+
+def layouts(model: ModelSpec, topology: Topology) -> list[tuple[int, int, int]]:
+    """(tensor_parallel_size, pipeline_parallel_size, replicas) over every GPU: tensor
+    parallelism inside a node, pipeline stages one per node across nodes (vLLM's advice for
+    multi-node: docs.vllm.ai/en/latest/serving/distributed_serving.html), the rest replicas."""
+    stage_counts = [pp for pp in range(1, topology.nodes + 1) if topology.nodes % pp == 0]
+    out = []
+    for tp in _tp_sizes(model, topology.gpus_per_node):
+        for pp in stage_counts:
+            if pp > 1 and tp != topology.gpus_per_node:
+                continue  # a stage per node fills the node with its tensor-parallel ranks
+            if pp <= model.num_layers:
+                out.append((tp, pp, topology.num_gpus // (tp * pp)))
     return out
 
 
@@ -103,7 +125,7 @@ def _concurrency_seqs(concurrent: int) -> int:
 
 
 def candidates(
-    model: ModelSpec, base: VllmFlags, workload: Workload, num_gpus: int
+    model: ModelSpec, base: VllmFlags, workload: Workload, topology: Topology
 ) -> list[Candidate]:
     """The cross product of the searched knobs, with the user's own flags held fixed."""
     fixed = base.set_values()
@@ -118,8 +140,10 @@ def candidates(
         length = fixed.get("max_model_len") or _rounded_len(
             required_max_model_len(workload), variant
         )
-        for tp, replicas in _layouts(variant, num_gpus):
+        for tp, pp, replicas in layouts(variant, topology):
             if "tensor_parallel_size" in fixed and fixed["tensor_parallel_size"] != tp:
+                continue
+            if "pipeline_parallel_size" in fixed and fixed["pipeline_parallel_size"] != pp:
                 continue
             per_replica = -(-concurrent // replicas)
             seqs = fixed.get("max_num_seqs") or _concurrency_seqs(per_replica)
@@ -130,12 +154,8 @@ def candidates(
                         max_model_len=length,
                         max_num_seqs=seqs,
                         tensor_parallel_size=tp if tp > 1 else base.tensor_parallel_size,
+                        pipeline_parallel_size=pp if pp > 1 else base.pipeline_parallel_size,
                         enforce_eager=True if is_eager else base.enforce_eager,
                     )
                     out.append(Candidate(variant, flags, replicas))
     return out
-
-
-def vllm_defaults(model: ModelSpec, base: VllmFlags) -> Candidate:
-    """What the user gets by changing nothing: the reference point of every recommendation."""
-    return Candidate(model, base, 1)

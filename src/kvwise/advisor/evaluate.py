@@ -14,6 +14,7 @@ from kvwise.core.gpus import GpuSpec
 from kvwise.errors import KvwiseError
 from kvwise.planner import Plan, plan
 from kvwise.sim.deploy import deployment
+from kvwise.sim.interconnect import Topology
 from kvwise.sim.runner import simulate
 from kvwise.sim.workloads import Workload
 
@@ -101,13 +102,16 @@ def evaluate(
     vllm_version: str | None,
     seed: int,
     history_budget_tokens: int | None = None,
+    topology: Topology | None = None,
 ) -> Evaluation:
     """Simulate a candidate that starts (`planned` is its plan); `history_budget_tokens` trims
     session history as kvwise's gateway does when the workload outgrows max_model_len."""
     if not planned.starts:
         return Evaluation(candidate, planned, None, planned.error.kind if planned.error else "")
     try:
-        deployed = deployment(candidate.model, gpu, candidate.flags, vllm_version=vllm_version)
+        deployed = deployment(
+            candidate.model, gpu, candidate.flags, vllm_version=vllm_version, topology=topology
+        )
     except KvwiseError as exc:  # a deployment the simulator cannot model: reported, not fatal
         return Evaluation(candidate, planned, None, str(exc))
     config = replace(deployed.config, history_budget_tokens=history_budget_tokens)

@@ -34,6 +34,30 @@ def _metrics_row(evaluation: Evaluation) -> dict[str, Any]:
     }
 
 
+def sessions_carried(evaluation: Evaluation, rec: Recommendation) -> int:
+    """Sessions whose KV fits at once at their longest, over all the layout's replicas (the
+    workload's peak demand shared evenly; the shared system prompt counted once)."""
+    num_sessions = len(rec.workload.sessions)
+    per_session = rec.demand_tokens / max(1, num_sessions)
+    total_tokens = evaluation.plan.kv.tokens * evaluation.candidate.replicas
+    return num_sessions if per_session == 0 else min(num_sessions, int(total_tokens // per_session))
+
+
+def layout(evaluation: Evaluation) -> dict[str, int]:
+    c = evaluation.candidate
+    return {"tensor_parallel_size": c.tp, "pipeline_parallel_size": c.pp,
+            "replicas": c.replicas, "gpus": c.tp * c.pp * c.replicas}  # fmt: skip
+
+
+def best_per_layout(rec: Recommendation) -> list[Evaluation]:
+    """The best configuration of each way to split the GPUs (TP x PP x replicas), best first:
+    the answer to "TP=2 or two replicas?" whatever else differs."""
+    seen: dict[tuple[int, int, int], Evaluation] = {}
+    for e in rec.ranked:
+        seen.setdefault((e.candidate.tp, e.candidate.pp, e.candidate.replicas), e)
+    return list(seen.values())
+
+
 def commands(evaluation: Evaluation) -> dict[str, str]:
     candidate, result = evaluation.candidate, evaluation.plan
     defaults = default_flags(candidate.model, result.gpu, result.vllm_version)
@@ -141,6 +165,8 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             "label": e.candidate.label(),
             "model": e.candidate.model.model_id,
             "replicas": e.candidate.replicas,
+            "layout": layout(e),
+            "sessions_carried": sessions_carried(e, rec),
             "meets_objectives": e.meets(rec.objectives) if rec.objectives.is_set else None,
             "flags": e.plan.to_json()["flags"],
             "predicted": _metrics_row(e),
@@ -149,6 +175,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
 
     return {
         "workload": rec.workload.description,
+        "hardware": rec.topology_text,
         "objectives": {
             "p99_ttft_ms": rec.objectives.ttft_p99_ms,
             "mean_tpot_ms": rec.objectives.tpot_mean_ms,
@@ -159,6 +186,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
         "baseline": None if rec.baseline.metrics is None else _metrics_row(rec.baseline),
         "baseline_error": rec.baseline.plan.error.kind if rec.baseline.plan.error else None,
         "recommendations": [entry(e) for e in rec.ranked[:TOP]],
+        "best_per_layout": [entry(e) for e in best_per_layout(rec)],
         "why": reasons(rec),
         "step_time_model": rec.best.step_time if rec.best else None,
         "candidates_simulated": len(rec.ranked),
@@ -206,6 +234,7 @@ COLUMNS: tuple[tuple[str, Callable[[Evaluation, Recommendation], str]], ...] = (
     ("tok/s", lambda e, rec: f"{_metrics_row(e)['output_throughput']:,.0f}"),
     ("KV", lambda e, rec: f"{_metrics_row(e)['kv_tokens'] / 1000:,.0f}k"),
     ("TPOT ms", lambda e, rec: f"{_metrics_row(e)['mean_tpot_ms']:.1f}"),
+    ("carried", lambda e, rec: f"{sessions_carried(e, rec)}/{len(rec.workload.sessions)}"),
     ("preempt", lambda e, rec: str(_metrics_row(e)["num_preemptions"])),
 )
 CONFIGURATION_MIN_WIDTH = 18
@@ -239,6 +268,7 @@ def _min_width(columns: list[tuple[str, Any]]) -> int:
 
 def render(rec: Recommendation, console: Any) -> None:
     console.print(f"[bold]Workload:[/] {rec.workload.description}", highlight=False)
+    console.print(f"[bold]Hardware:[/] {rec.topology_text}", highlight=False)
     console.print(_table(rec, console.width))
     if rec.best is not None:
         console.print(f"[dim]{rec.best.step_time}[/]", highlight=False)

@@ -19,18 +19,14 @@ from kvwise.bench.calibrate import CalibrationRun, FitResult, fit
 from kvwise.bench.measured import measured_run
 from kvwise.bench.results import BenchResults, read_results
 from kvwise.core.calibration import Calibration, calibration_path, save_calibration
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
 from kvwise.errors import DataError, UsageError
 from kvwise.sim.steptime import StepTimeCoefficients
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvwise calibrate", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="kvwise bench --out files")
     parser.add_argument("--gpu", help="the GPU the server ran on (default: as the results say)")
     parser.add_argument(

@@ -33,19 +33,15 @@ from kvwise.bench.prompts import (
 )
 from kvwise.bench.results import BenchResults, RunResult, ServerInfo, write_results
 from kvwise.bench.sizing import SIZE_FLAGS, fit_to_context
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.errors import UsageError
 from kvwise.sim.workload_flags import add_workload_flags, spec_from_args
 from kvwise.sim.workloads import WorkloadSpec
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvwise bench", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise bench", description=__doc__.splitlines()[0])
     parser.add_argument("url", help="server base URL (http://host:port, with or without /v1)")
     parser.add_argument("--model", help="served model name (default: the server's first)")
     parser.add_argument(

@@ -15,7 +15,7 @@ from rich.table import Table
 from kvwise.bench.predict import relative_errors
 from kvwise.bench.results import BenchResults, RunResult
 from kvwise.bench.summary import COMPARED_KEYS
-from kvwise.bench.svg import Series, cdf_series, line_chart
+from kvwise.core.charts import Series, cdf_series, line_chart
 
 BURST_NOTE = (
     "{} answers arrived in one burst (the server's API process or this client was starved of "

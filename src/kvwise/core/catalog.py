@@ -8,14 +8,13 @@ partial entries and quantized variants derived from a base model, each with a no
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kvwise.core.data_files import DATA_DIR, read_json
 from kvwise.core.models import ModelSpec, spec_from_config
 from kvwise.errors import DataError, UnknownModelError
 
@@ -36,14 +35,10 @@ class CatalogEntry:
         )
 
 
-def _data_dir() -> Any:
-    return resources.files("kvwise.core").joinpath("data")
-
-
 @cache
 def _entries() -> dict[str, CatalogEntry]:
     entries: dict[str, CatalogEntry] = {}
-    for item in _data_dir().joinpath("models").iterdir():
+    for item in (DATA_DIR / "models").iterdir():
         if not item.name.endswith(".json"):
             continue
         raw = json.loads(item.read_text())
@@ -54,7 +49,7 @@ def _entries() -> dict[str, CatalogEntry]:
             published_params=raw.get("published_params"),
             notes=raw.get("notes", ""),
         )
-    extra = json.loads(_data_dir().joinpath("catalog_extra.json").read_text())
+    extra = read_json("catalog_extra.json")
     for model_id, fill in extra["fill"].items():
         entry = entries[model_id.lower()]
         # the copied keys win; fill only what the partial copy lacks
@@ -144,6 +139,8 @@ def closest_models(name: str, n: int = 3) -> list[str]:
     lowered = {i.lower(): i for i in ids}
     tails = {i.split("/")[-1].lower(): i for i in ids}
     want = name.lower()
+    import difflib  # only for a name that is not found
+
     hits = difflib.get_close_matches(want, list(lowered), n=n, cutoff=0.4)
     hits += difflib.get_close_matches(want.split("/")[-1], list(tails), n=n, cutoff=0.4)
     names = [lowered.get(h) or tails[h] for h in hits]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from typing import Any
 
 from kvwise.core.catalog import catalog_entries
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.gpu_names import normalize
 from kvwise.core.gpus import GpuSpec, find_gpu, list_gpus
 from kvwise.core.weights import count_params
-from kvwise.errors import KvwiseError, UsageError
+from kvwise.errors import KvwiseError
 
 # `kvwise models` columns, most important first (the id is what `plan` takes)
 _MODEL_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
@@ -147,13 +147,8 @@ def _gpus(as_json: bool, query: str | None = None) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def run(name: str, argv: list[str]) -> int:
-    parser = _Parser(prog=f"kvwise {name}")
+    parser = CommandParser(prog=f"kvwise {name}")
     parser.add_argument("--json", action="store_true")
     if name == "gpus":
         parser.add_argument(

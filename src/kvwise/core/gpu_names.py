@@ -20,7 +20,6 @@ is not "RTX 4060", "GH200" is not "H200", "RTX 6000 Ada" is not "RTX A6000".
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -157,6 +156,8 @@ class NameIndex:
         by_spelling = {
             normalize(str(e[k])): str(e["key"]) for e in self.entries for k in ("key", "name")
         }
+        import difflib  # only for a name that is not found
+
         close = difflib.get_close_matches(wanted, list(by_spelling), n=4, cutoff=0.6)
         hint = (
             f"; did you mean {', '.join(dict.fromkeys(by_spelling[c] for c in close))}?"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kvwise.core.gpu_names import NameIndex, build_index
+from kvwise.core.data_files import read_json
 from kvwise.errors import InvalidFlagError, UnknownGpuError, UsageError
+
+if TYPE_CHECKING:
+    from kvwise.core.gpu_names import NameIndex
 
 GIB = 2**30
 
@@ -24,7 +25,6 @@ class GpuSpec:
     compute_capability: str = "8.0"  # CUDA sm version, or the gfx target on AMD ("gfx942")
     interconnect_bytes_s: float = 32e9  # per-direction GPU-to-GPU bandwidth (PCIe or NVLink)
     free_bytes: int | None = None  # measured free memory (NVML), when known
-    memory_source: str = ""
     key: str = ""  # what --gpu takes for this catalog entry ("" for a card known only by size)
 
     @property
@@ -49,12 +49,18 @@ class GpuSpec:
 
 @cache
 def _catalog() -> tuple[dict[str, Any], ...]:
-    raw = resources.files("kvwise.core").joinpath("data/gpus.json").read_text()
-    return tuple(json.loads(raw)["gpus"])
+    return tuple(read_json("gpus.json")["gpus"])
+
+
+@cache
+def _by_key() -> dict[str, dict[str, Any]]:
+    return {str(entry["key"]): entry for entry in _catalog()}
 
 
 @cache
 def _index() -> NameIndex:
+    from kvwise.core.gpu_names import build_index  # driver names: not needed for a catalog key
+
     return build_index(_catalog())
 
 
@@ -68,7 +74,6 @@ def _from_entry(entry: dict[str, Any]) -> GpuSpec:
         fp8_flops=None if fp8 is None else float(fp8) * 1e12,
         compute_capability=str(entry["compute_capability"]),
         interconnect_bytes_s=float(entry["interconnect_gb_s"]) * 1e9,
-        memory_source=str(entry["memory_source"]),
         key=str(entry["key"]),
     )
 
@@ -82,7 +87,8 @@ def find_gpu(name: str, memory_gib: float | None = None) -> GpuSpec:
     `NVIDIA A100-SXM4-40GB`, `AMD Instinct MI300X`. A name that fits cards of several memory
     sizes ("A100") is narrowed by `memory_gib` (the total the caller knows), else refused with
     the choices (see `kvwise.core.gpu_names`)."""
-    return _from_entry(_index().find(name, memory_gib))
+    entry = _by_key().get(name)  # a catalog key, as `kvwise gpus` lists them: no index needed
+    return _from_entry(entry if entry is not None else _index().find(name, memory_gib))
 
 
 def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
@@ -92,17 +98,7 @@ def custom_gpu(memory_gib: float, like: GpuSpec | None = None) -> GpuSpec:
     base = like or find_gpu("rtx4090")
     name = base.name if like else f"custom {memory_gib:g} GiB"
     key = base.key if like else ""
-    return GpuSpec(
-        name=name,
-        memory_bytes=int(memory_gib * GIB),
-        bandwidth_bytes_s=base.bandwidth_bytes_s,
-        bf16_flops=base.bf16_flops,
-        fp8_flops=base.fp8_flops,
-        compute_capability=base.compute_capability,
-        interconnect_bytes_s=base.interconnect_bytes_s,
-        memory_source="--gpu-memory-gib",
-        key=key,
-    )
+    return replace(base, name=name, memory_bytes=int(memory_gib * GIB), free_bytes=None, key=key)
 
 
 def resolve_gpu(
@@ -162,20 +158,7 @@ def detect_gpus() -> list[GpuSpec]:
                 base = find_gpu(name, info.total / GIB)  # the total tells variants apart
             except UnknownGpuError:
                 base = custom_gpu(info.total / GIB)
-            found.append(
-                GpuSpec(
-                    name=base.name,
-                    memory_bytes=int(info.total),
-                    bandwidth_bytes_s=base.bandwidth_bytes_s,
-                    bf16_flops=base.bf16_flops,
-                    fp8_flops=base.fp8_flops,
-                    compute_capability=base.compute_capability,
-                    interconnect_bytes_s=base.interconnect_bytes_s,
-                    free_bytes=int(info.free),
-                    memory_source="NVML",
-                    key=base.key,
-                )
-            )
+            found.append(replace(base, memory_bytes=int(info.total), free_bytes=int(info.free)))
         return found
     finally:
         pynvml.nvmlShutdown()

@@ -105,7 +105,6 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()  # a layer kind per layer; empty means all FULL
     sliding_window: int | None = None
     partial_rotary_factor: float = 1.0  # share of head_dim that rotary embeddings cover
-    attention_chunk_size: int | None = None  # CHUNKED layers (Llama-4)
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     mamba: MambaStateSpec | None = None  # the state of every MAMBA layer

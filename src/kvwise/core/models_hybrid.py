@@ -4,6 +4,14 @@ Qwen3-Next (Qwen3NextForCausalLM): every `full_attention_interval`-th layer is g
 attention, the others gated DeltaNet (linear attention) whose per-request state vLLM V1 keeps as
 a MambaSpec page (vllm/model_executor/models/qwen3_next.py, get_mamba_state_shape_from_config:
 conv state (conv_kernel - 1) x conv_dim, temporal state num_v_heads x head_k_dim x head_v_dim).
+
+Qwen3.5 / 3.6 / 3.8 (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration; vLLM
+0.32.0 vllm/model_executor/models/qwen3_5.py): the same decoder layers (Qwen3_5DecoderLayer
+reuses Qwen3NextAttention and GatedDeltaNetAttention, chosen per layer by `layer_types`), a
+gated dense MLP (`qwen3_5_text`) or Qwen3-Next's sparse MoE block (`qwen3_5_moe_text`) on every
+layer, and the same state shape (get_mamba_state_shape_from_config ->
+MambaStateShapeCalculator.gated_delta_net_state_shape). The MTP layers (`mtp.*`) are skipped at
+load (load_weights skip_prefixes) and not counted. The vision tower is `vision.py`'s.
 """
 
 from __future__ import annotations
@@ -20,14 +28,24 @@ NOT_MODELLED_ARCHITECTURES = {
     "FalconH1ForCausalLM": "parallel attention + Mamba-2 mixers in one layer",
     "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL's vision encoder profiling (one dummy image "
     "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
-    "MllamaForConditionalGeneration": "cross-attention KV of the vision layers (CrossAttentionSpec, "
-    "sized by max_num_encoder_input_tokens)",
+    # vLLM 0.6.3 worker/enc_dec_model_runner.py profile_run and models/mllama.py
+    # get_max_mllama_image_tokens / dummy_image; V1 kv_cache_interface.py CrossAttentionSpec
+    "MllamaForConditionalGeneration": "the cross-attention layers' KV of the image tokens and "
+    "the vision encoder's profile pass (V0 0.6.x profiles max_num_seqs dummy sequences, each "
+    "with a 1024x1024 image of max_num_tiles x ((image_size // 14)^2 + 1) encoder tokens; V1 "
+    "keeps cross-attention KV per request, CrossAttentionSpec sized by "
+    "max_num_encoder_input_tokens)",
 }
 
 
+# vLLM 0.24.0: with --enable-prefix-caching, MambaModelConfig sets mamba_cache_mode 'all' for
+# models that declare SupportsMambaPrefixCaching and 'align' otherwise (Qwen3.5, Qwen3-Next);
+# kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 'align' holds 2 state pages per request
+# and state group, 'all' one per block of max_model_len; 'none' (no prefix caching) holds 1
 MAMBA_PREFIX_CACHING_NOT_MODELLED = (
-    "mamba/linear-attention state with prefix caching (mamba_cache_mode 'align' or 'all', which "
-    "keep more than one state page per request): planned with one state page per request"
+    "mamba/linear-attention state with prefix caching (--enable-prefix-caching sets "
+    "mamba_cache_mode 'align', 2 state pages per request and state group, or 'all', one per "
+    "block): planned with one state page per request"
 )
 
 
@@ -85,6 +103,48 @@ def qwen3_next(cfg: dict[str, Any]) -> dict[str, Any]:
         # gated attention: q_proj also emits a per-head output gate (attn_output_gate)
         "has_output_gate": bool(get(cfg, "attn_output_gate", default=True)),
     }
+
+
+def _qwen3_5_text(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The fields both Qwen3.5 text models share (text_config merged over the top level)."""
+    fields = qwen3(cfg)
+    state = _gated_delta_net(cfg, fields["hidden_size"])
+    # vllm/model_executor/models/config.py, Qwen3_5ForConditionalGenerationConfig: with
+    # --mamba-ssm-cache-dtype "auto" the temporal (SSM) state takes the config's mamba_ssm_dtype
+    # (float32 in the published checkpoints); the conv state stays in the model dtype
+    ssm_dtype = get(cfg, "mamba_ssm_dtype")
+    if ssm_dtype:
+        state = replace(state, ssm_state_dtype=str(ssm_dtype))
+    rope = get(cfg, "rope_parameters", "rope_scaling", default={}) or {}
+    rotary = get(cfg, "partial_rotary_factor", default=rope.get("partial_rotary_factor", 1.0))
+    return fields | {
+        "layer_types": _layer_kinds(cfg, fields["num_layers"]),
+        "mamba": state,
+        "not_modelled": (MAMBA_PREFIX_CACHING_NOT_MODELLED,),
+        "partial_rotary_factor": float(rotary),
+        # Qwen3NextAttention: q_proj also emits a per-head output gate (attn_output_gate)
+        "has_output_gate": bool(get(cfg, "attn_output_gate", default=True)),
+    }
+
+
+def qwen3_5(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5 dense (model_type qwen3_5_text): Qwen3NextMLP (gate, up, down) on every layer."""
+    return _qwen3_5_text(cfg)
+
+
+def qwen3_5_moe(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5 MoE (qwen3_5_moe_text): Qwen3NextSparseMoeBlock on every layer (routed experts,
+    one shared expert with its sigmoid gate); the config names no dense intermediate_size."""
+    expert = int(require(cfg, "moe_intermediate_size"))
+    fields = _qwen3_5_text(cfg | {"intermediate_size": get(cfg, "intermediate_size") or expert})
+    moe = MoeSpec(
+        num_experts=int(require(cfg, "num_experts")),
+        num_experts_per_tok=int(require(cfg, "num_experts_per_tok")),
+        expert_intermediate_size=expert,
+        shared_expert_intermediate_size=int(get(cfg, "shared_expert_intermediate_size", default=0)),
+        has_shared_expert_gate=True,
+    )
+    return fields | {"moe": moe}
 
 
 def _mamba2(
@@ -235,6 +295,8 @@ def nemotron_h(cfg: dict[str, Any]) -> dict[str, Any]:
 
 HYBRID_ARCHITECTURES: dict[str, Reader] = {
     "Qwen3NextForCausalLM": qwen3_next,
+    "Qwen3_5ForConditionalGeneration": qwen3_5,
+    "Qwen3_5MoeForConditionalGeneration": qwen3_5_moe,
     "GraniteMoeHybridForCausalLM": granite_moe_hybrid,
     "NemotronHForCausalLM": nemotron_h,
     "JambaForCausalLM": jamba,

@@ -162,7 +162,6 @@ def llama4(cfg: dict[str, Any]) -> dict[str, Any]:
     return fields | {
         "intermediate_size": int(get(cfg, "intermediate_size_mlp", default=expert)),
         "moe": moe,
-        "attention_chunk_size": int(chunk) if chunk else None,
         "not_modelled": (CHUNKED_LOCAL_NOT_MODELLED,) if chunk else (),
     }
 

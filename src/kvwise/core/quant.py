@@ -21,17 +21,26 @@ each vLLM quantization method allocates in `create_weights` (vllm-project/vllm, 
   packed two per byte + one fp32 absmax per 64-weight block. With double quantization the
   checkpoint stores uint8 absmax, but vLLM's loader dequantizes them back to fp32 at load
   (`dequantize_dq`), so memory is 0.5 + 4/64 B/param either way. 8-bit: int8 + fp32 row scales.
+* ModelOpt (`modelopt.py`, v0.24.0): FP8 (ModelOptFp8LinearMethod: 1 B + per-tensor fp32 scales),
+  NVFP4 and W4A16_NVFP4 (ModelOptNvFp4[W4A16]LinearMethod, ModelOptNvFp4FusedMoE: uint8
+  [out, in/2] + fp8 scales per 16 weights = 0.5 + 1/16 B/param, plus per-tensor fp32 scales);
+  MIXED_PRECISION (ModelOptMixedPrecisionConfig) picks one of those per layer from
+  `quantized_layers` and leaves layers it does not list unquantized, and it quantizes `lm_head`
+  when listed (get_quant_method takes ParallelLMHead). kvwise keeps one scheme each for the
+  attention / linear-attention projections, the MLPs (dense or shared experts), the routed
+  experts and lm_head, and refuses a checkpoint that mixes schemes within one of them.
 * MXFP4 (`mxfp4.py`): only the MoE experts are quantized (uint8 blocks of two e2m1 values + one
   e8m0 uint8 scale per 32 weights = 0.5 + 1/32 B/param); every `LinearBase` layer (attention,
   router) gets `UnquantizedLinearMethod` and stays in the model dtype.
 
-Embeddings and `lm_head` stay in the model dtype for every method here, norms and biases too.
+Embeddings stay in the model dtype for every method here, norms and biases too; `lm_head` too,
+except where a ModelOpt checkpoint lists it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvwise.errors import UnsupportedModelError
@@ -48,8 +57,10 @@ class QuantSpec:
     has_zeros: bool = False  # asymmetric: packed zero points next to the scales
     scale_bytes: int = 2
     scheme: str = ""  # the variant, as its publishers name it (nf4, W8A8, FP8 block 128x128, ...)
-    unquantized_modules: tuple[str, ...] = ()  # names the checkpoint keeps in the model dtype
     is_experts_only: bool = False  # only MoE experts quantized, all linear layers in model dtype
+    experts: QuantSpec | None = None  # the routed experts' scheme where it differs (ModelOpt)
+    mlp: QuantSpec | None = None  # dense MLPs' / shared experts' scheme where it differs (ModelOpt)
+    lm_head: QuantSpec | None = None  # a quantized lm_head's scheme (ModelOpt); None: model dtype
 
     def bytes_per_param(self) -> float:
         """Average bytes per parameter of a quantized linear weight matrix."""
@@ -73,7 +84,6 @@ class QuantSpec:
 
 AWQ_INT4 = QuantSpec("awq", 4, 128, has_zeros=True)
 GPTQ_INT4 = QuantSpec("gptq", 4, 128, has_zeros=True)
-GPTQ_INT8 = QuantSpec("gptq", 8, 128, has_zeros=True)
 FP8_DYNAMIC = QuantSpec("fp8", 8, PER_CHANNEL, scale_bytes=4)
 INT8_W8A8 = QuantSpec("int8", 8, PER_CHANNEL, scale_bytes=4)
 # vLLM quantizes a 16-bit checkpoint on load with blocksize 64 and compress_statistics=True,
@@ -93,12 +103,6 @@ QUANTIZATION_FLAGS: dict[str, QuantSpec] = {
 }
 
 
-def _names(value: Any) -> tuple[str, ...]:
-    if not value:
-        return ()
-    return tuple(str(v) for v in value) if isinstance(value, list) else (str(value),)
-
-
 def _int(qc: dict[str, Any], *keys: str, default: int) -> int:
     for key in keys:
         if qc.get(key) is not None:
@@ -106,22 +110,16 @@ def _int(qc: dict[str, Any], *keys: str, default: int) -> int:
     return default
 
 
-def _packed_int(qc: dict[str, Any], method: str, skip: tuple[str, ...]) -> QuantSpec:
+def _packed_int(qc: dict[str, Any], method: str) -> QuantSpec:
     """AWQ, GPTQ, AutoRound: packed int32 weights, fp16 group scales, packed zero points."""
     bits = _int(qc, "bits", "w_bit", default=4)
     group = _int(qc, "group_size", "q_group_size", default=128)
     # vLLM allocates qzeros for GPTQ whatever `sym` says (gptq.py create_weights)
-    return QuantSpec(
-        method,
-        bits,
-        PER_CHANNEL if group <= 0 else group,
-        has_zeros=True,
-        unquantized_modules=skip,
-    )
+    return QuantSpec(method, bits, PER_CHANNEL if group <= 0 else group, has_zeros=True)
 
 
 def _awq(qc: dict[str, Any], model_id: str) -> QuantSpec:
-    return _packed_int(qc, "awq", _names(qc.get("modules_to_not_convert")))
+    return _packed_int(qc, "awq")
 
 
 def _gptq(qc: dict[str, Any], model_id: str) -> QuantSpec:
@@ -129,7 +127,7 @@ def _gptq(qc: dict[str, Any], model_id: str) -> QuantSpec:
         raise UnsupportedModelError(
             f"{model_id}: not modelled: quantization gptq with per-module `dynamic` overrides"
         )
-    return _packed_int(qc, "gptq", ())
+    return _packed_int(qc, "gptq")
 
 
 def _auto_round(qc: dict[str, Any], model_id: str) -> QuantSpec:
@@ -142,40 +140,25 @@ def _auto_round(qc: dict[str, Any], model_id: str) -> QuantSpec:
         raise UnsupportedModelError(
             f"{model_id}: not modelled: quantization auto-round with data_type {data_type}"
         )
-    return _packed_int(qc, "auto-round", ())
+    return _packed_int(qc, "auto-round")
 
 
 def _fp8(qc: dict[str, Any], model_id: str) -> QuantSpec:
-    skip = _names(qc.get("ignored_layers") or qc.get("modules_to_not_convert"))
     block = qc.get("weight_block_size")
     if block:
         bn, bk = (int(b) for b in block)
-        return QuantSpec(
-            "fp8",
-            8,
-            bn * bk,
-            scale_bytes=4,
-            scheme=f"block {bn}x{bk}",
-            unquantized_modules=skip,
-        )
-    return QuantSpec(
-        "fp8", 8, PER_TENSOR, scale_bytes=4, scheme="per tensor", unquantized_modules=skip
-    )
+        return QuantSpec("fp8", 8, bn * bk, scale_bytes=4, scheme=f"block {bn}x{bk}")
+    return QuantSpec("fp8", 8, PER_TENSOR, scale_bytes=4, scheme="per tensor")
 
 
 def _bitsandbytes(qc: dict[str, Any], model_id: str) -> QuantSpec:
-    skip = _names(qc.get("llm_int8_skip_modules"))
     if qc.get("load_in_8bit"):
         # int8 weights + one fp32 SCB scale per output row
-        return QuantSpec(
-            "bitsandbytes", 8, PER_CHANNEL, scale_bytes=4, scheme="int8", unquantized_modules=skip
-        )
+        return QuantSpec("bitsandbytes", 8, PER_CHANNEL, scale_bytes=4, scheme="int8")
     kind = str(qc.get("bnb_4bit_quant_type", "fp4"))  # bitsandbytes' own default is fp4
     double = " double-quant" if qc.get("bnb_4bit_use_double_quant") else ""
     # one fp32 absmax per 64 weights in memory, double quantized or not (see module docstring)
-    return QuantSpec(
-        "bitsandbytes", 4, 64, scale_bytes=4, scheme=f"{kind}{double}", unquantized_modules=skip
-    )
+    return QuantSpec("bitsandbytes", 4, 64, scale_bytes=4, scheme=f"{kind}{double}")
 
 
 def _mxfp4(qc: dict[str, Any], model_id: str) -> QuantSpec:
@@ -186,7 +169,6 @@ def _mxfp4(qc: dict[str, Any], model_id: str) -> QuantSpec:
         32,
         scale_bytes=1,
         scheme="experts only",
-        unquantized_modules=_names(qc.get("modules_to_not_convert")),
         is_experts_only=True,
     )
 
@@ -239,22 +221,19 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
     bits = int(weights.get("num_bits", 8))
     kind = str(weights.get("type", "int"))
     group, granularity = _ct_granularity(weights)
-    skip = _names(qc.get("ignore"))
     method = "compressed-tensors"
     if kind == "float" and bits == 4:
         # NVFP4: fp8 (1 B) scale per 16 weights; MXFP4: e8m0 (1 B) per 32
         name = "NVFP4" if group == 16 else f"FP4 {granularity}"
-        return QuantSpec(method, 4, group, scale_bytes=1, scheme=name, unquantized_modules=skip)
+        return QuantSpec(method, 4, group, scale_bytes=1, scheme=name)
     if kind == "float" and bits == 8:
         # FP8 (compressed_tensors_w8a8_fp8.py, _w8a16_fp8.py): 1 B + fp32 scales. Named "fp8"
         # like vLLM's own FP8 method: the GEMMs run on FP8 tensor cores the same way.
-        return QuantSpec(
-            "fp8", 8, group, scale_bytes=4, scheme=granularity, unquantized_modules=skip
-        )
+        return QuantSpec("fp8", 8, group, scale_bytes=4, scheme=granularity)
     if kind == "int" and bits == 8 and group <= 0 and _has_input_activations(qc):
         # INT8 W8A8 (compressed_tensors_w8a8_int8.py): int8 weights + fp32 channel/tensor scales
         name = f"W8A8 {granularity}"
-        return QuantSpec("int8", 8, group, scale_bytes=4, scheme=name, unquantized_modules=skip)
+        return QuantSpec("int8", 8, group, scale_bytes=4, scheme=name)
     if kind == "int" and bits in (4, 8):
         # WNA16 (compressed_tensors_wNa16.py): packed int32, params-dtype scales, zero points
         # only when asymmetric
@@ -264,10 +243,56 @@ def _compressed_tensors(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
             group,
             has_zeros=not weights.get("symmetric", True),
             scheme=f"W{bits}A{_activation_bits(qc)} {granularity}",
-            unquantized_modules=skip,
         )
     raise UnsupportedModelError(
         f"{model_id}: not modelled: quantization compressed-tensors {kind}{bits}"
+    )
+
+
+MODELOPT_SCHEMES = {
+    "FP8": QuantSpec("modelopt", 8, PER_TENSOR, scale_bytes=4, scheme="FP8 per tensor"),
+    "NVFP4": QuantSpec("modelopt", 4, 16, scale_bytes=1, scheme="NVFP4"),
+    "W4A16_NVFP4": QuantSpec("modelopt", 4, 16, scale_bytes=1, scheme="W4A16_NVFP4"),
+}
+
+
+def _modelopt_scheme(algos: set[str], part: str, model_id: str) -> QuantSpec | None:
+    if not algos:
+        return None
+    if len(algos) > 1 or next(iter(algos)) not in MODELOPT_SCHEMES:
+        raise UnsupportedModelError(
+            f"{model_id}: not modelled: quantization modelopt {'/'.join(sorted(algos))} on {part}"
+        )
+    return MODELOPT_SCHEMES[next(iter(algos))]
+
+
+def _modelopt(qc: dict[str, Any], model_id: str) -> QuantSpec | None:
+    algo = str(qc.get("quant_algo", "")).upper()
+    if algo != "MIXED_PRECISION":
+        scheme = _modelopt_scheme({algo}, "every linear layer", model_id)
+        return scheme
+    parts: dict[str, set[str]] = {"experts": set(), "lm_head": set(), "linear": set(), "mlp": set()}
+    for name, layer in (qc.get("quantized_layers") or {}).items():
+        part = "mlp" if ".mlp." in f"{name}." or ".shared_expert." in name else "linear"
+        part = "lm_head" if name.split(".")[-1] == "lm_head" else part
+        part = "experts" if name.endswith(".experts") else part
+        parts[part].add(str(layer.get("quant_algo", "")).upper())
+    linear = _modelopt_scheme(parts["linear"], "the attention layers", model_id)
+    mlp = _modelopt_scheme(parts["mlp"], "the MLPs", model_id)
+    experts = _modelopt_scheme(parts["experts"], "the experts", model_id)
+    lm_head = _modelopt_scheme(parts["lm_head"], "lm_head", model_id)
+    base = linear or mlp or experts
+    if base is None:
+        return None
+    named = (("attention", linear), ("MLPs", mlp), ("experts", experts), ("lm_head", lm_head))
+    names = ", ".join(f"{spec.scheme} {part}" for part, spec in named if spec)
+    return replace(
+        base,
+        scheme=f"MIXED_PRECISION ({names})",
+        mlp=mlp if mlp != base else None,
+        experts=experts if experts != base else None,
+        lm_head=lm_head,
+        is_experts_only=linear is None and mlp is None,
     )
 
 
@@ -281,6 +306,7 @@ PARSERS: dict[str, Callable[[dict[str, Any], str], QuantSpec | None]] = {
     "bitsandbytes": _bitsandbytes,
     "compressed-tensors": _compressed_tensors,
     "mxfp4": _mxfp4,
+    "modelopt": _modelopt,
 }
 
 

@@ -108,6 +108,36 @@ def minicpmv_buffers(config: dict[str, Any], text_hidden: int) -> int:
     return 70 * 70 * text_hidden
 
 
+def _qwen3_vl_merger(hidden: int, merge: int, out: int, *, post_shuffle: bool) -> int:
+    """Qwen3_VisionPatchMerger: LayerNorm (on the merged width when `use_postshuffle_norm`),
+    fc1 merged -> merged and fc2 merged -> out, both with biases."""
+    merged = hidden * merge * merge
+    norm = 2 * (merged if post_shuffle else hidden)
+    return norm + merged * merged + merged + merged * out + out
+
+
+def qwen3_vl_vision(config: dict[str, Any], text_hidden: int) -> int:
+    """Qwen3-VL's tower, which Qwen3.5 loads (vllm/model_executor/models/qwen3_vl.py:
+    Qwen3_VisionTransformer): Conv3d patch embedding with bias, a learned position table of
+    num_position_embeddings, `depth` blocks (2 LayerNorms, qkv and proj with biases, fc1/fc2 with
+    biases), the patch merger to out_hidden_size and one deepstack merger per
+    deepstack_visual_indexes entry."""
+    vision = config["vision_config"]
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    patch = int(vision["patch_size"])
+    kernel = int(vision.get("in_channels", 3)) * int(vision.get("temporal_patch_size", 2))
+    merge = int(vision.get("spatial_merge_size", 2))
+    out = int(vision.get("out_hidden_size", text_hidden))
+    per_block = 4 * hidden + 4 * hidden * hidden + 4 * hidden + 2 * hidden * inter + inter + hidden
+    tower = kernel * patch * patch * hidden + hidden
+    tower += int(vision["num_position_embeddings"]) * hidden
+    tower += int(vision["depth"]) * per_block
+    tower += _qwen3_vl_merger(hidden, merge, out, post_shuffle=False)
+    deepstack = len(vision.get("deepstack_visual_indexes") or ())
+    return tower + deepstack * _qwen3_vl_merger(hidden, merge, out, post_shuffle=True)
+
+
 # architecture -> elements of buffers the tower holds besides its parameters
 VISION_BUFFERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "MiniCPMV": minicpmv_buffers,
@@ -119,4 +149,6 @@ VISION_TOWERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "Mistral3ForConditionalGeneration": mistral3_vision,
     "Llama4ForConditionalGeneration": _llama4,
     "MiniCPMV": minicpmv_vision,
+    "Qwen3_5ForConditionalGeneration": qwen3_vl_vision,
+    "Qwen3_5MoeForConditionalGeneration": qwen3_vl_vision,
 }

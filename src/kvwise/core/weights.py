@@ -38,6 +38,7 @@ class ParamGroups:
     expert_bias: int  # gpt-oss: biases of every expert, sharded like the experts
     replicated: int  # norms, routers, sinks, row-parallel biases: a full copy on every rank
     vision: int  # vision tower, kept unquantized and replicated
+    mlp_linear: int = 0  # of `linear`: dense MLPs and shared experts (a scheme of their own)
 
     @property
     def total(self) -> int:
@@ -62,6 +63,7 @@ class _Layer:
     linear_bias: int = 0
     expert_bias: int = 0
     replicated: int = 0
+    mlp_linear: int = 0  # of `linear`: the MLP's (dense or shared-expert) projections
 
     def __add__(self, other: _Layer) -> _Layer:
         return _Layer(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
@@ -121,13 +123,16 @@ def _mlp(spec: ModelSpec, layer: int) -> _Layer:
     mats = 3 if spec.gated_mlp else 2  # gate, up, down (or up, down)
     moe = spec.moe
     if moe is None or not _is_moe_layer(spec, layer):
-        return _Layer(linear=mats * h * spec.intermediate_size)
+        dense = mats * h * spec.intermediate_size
+        return _Layer(linear=dense, mlp_linear=dense)
     router = h * moe.num_experts + (h if moe.has_shared_expert_gate else 0)
     router += moe.num_experts if moe.has_router_bias else 0
     router += moe.num_experts if moe.has_score_correction_bias else 0
     bias = moe.num_experts * (2 * moe.expert_intermediate_size + h) if moe.has_expert_bias else 0
+    shared = mats * h * moe.shared_expert_intermediate_size
     return _Layer(
-        linear=mats * h * moe.shared_expert_intermediate_size,
+        linear=shared,
+        mlp_linear=shared,
         experts=moe.num_experts * mats * h * moe.expert_intermediate_size,
         expert_bias=bias,
         replicated=router,
@@ -167,6 +172,7 @@ def param_groups(spec: ModelSpec) -> ParamGroups:
         expert_bias=layers.expert_bias,
         replicated=layers.replicated,
         vision=spec.vision.num_params if spec.vision else 0,
+        mlp_linear=layers.mlp_linear,
     )
 
 
@@ -221,6 +227,8 @@ def _expert_bytes_per_rank(
     moe = spec.moe
     if moe is None:
         return 0.0
+    if quant is not None and quant.experts is not None:
+        quant = quant.experts  # ModelOpt MIXED_PRECISION: the experts' own scheme
     mats = 3 if spec.gated_mlp else 2
     moe_layers = num_moe_layers(spec)
     # EP: ranks hold whole experts, the first ones one more when they do not divide evenly
@@ -253,8 +261,13 @@ def _sharded_bytes_per_rank(
     groups = param_groups(spec)
     linear_quant = None if is_experts_only(quant) else quant
     linear = (groups.linear + _kv_replication_params(spec, tp)) / tp
-    rows = linear / spec.hidden_size  # roughly one output row per hidden-size input
-    sharded = _quantized_bytes(linear, linear_quant, dtype_bytes, int(rows))
+    # ModelOpt MIXED_PRECISION may give the MLPs (dense or shared experts) their own scheme
+    mlp_quant = quant.mlp if quant is not None and quant.mlp is not None else None
+    mlp = groups.mlp_linear / tp if mlp_quant is not None else 0.0
+    rows = (linear - mlp) / spec.hidden_size  # roughly one output row per hidden-size input
+    sharded = _quantized_bytes(linear - mlp, linear_quant, dtype_bytes, int(rows))
+    if mlp_quant is not None:
+        sharded += _quantized_bytes(mlp, mlp_quant, dtype_bytes, int(mlp / spec.hidden_size))
     sharded += groups.linear_bias / tp * dtype_bytes
     sharded += _expert_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
     copies = groups.replicated_linear
@@ -323,6 +336,11 @@ def _modelled_bytes_per_rank(
     vocab_rank = _pad(spec.vocab_size, VOCAB_PADDING) // tp
     embedding = vocab_rank * spec.hidden_size * dtype_bytes  # never quantized
     lm_head = 0 if spec.tie_word_embeddings else embedding  # unquantized (lm_head_quantized off)
+    if lm_head and quant is not None and quant.lm_head is not None:
+        # ModelOpt quantizes a listed lm_head (ParallelLMHead), one scale set per vocab row
+        lm_head = int(
+            _quantized_bytes(lm_head / dtype_bytes, quant.lm_head, dtype_bytes, vocab_rank)
+        )
     layers = _sharded_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
     if pp == 1:
         return embedding + lm_head + layers

@@ -10,7 +10,7 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
 from kvwise.deploy.artefacts import Rendered, write
-from kvwise.deploy.spec import DeployOptions, DeploySpec, from_plan
+from kvwise.deploy.spec import DeployOptions, DeploySpec, from_plan, from_sglang_plan
 from kvwise.errors import KvwiseError
 from kvwise.planner import Plan, plan
 
@@ -52,7 +52,28 @@ def render(spec: DeploySpec, args: argparse.Namespace, result: Plan) -> Rendered
     return render_ray(spec, args.gpus_per_node, args.nodes)
 
 
+def sglang_spec(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> DeploySpec:
+    """SGLang's replicas, refused (exit 1) if SGLang would not start with these flags."""
+    from kvwise.planner.cli import sglang_flags_from_args
+    from kvwise.planner.sglang import plan_sglang
+    from kvwise.planner.sglang.releases import newest_release, release_for
+
+    model = load_model(model_name)
+    gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, None)
+    sglang = sglang_flags_from_args(args)
+    release = sglang.version or newest_release()
+    release_for(release)  # an unknown release: one line, exit 2
+    result = plan_sglang(model, gpu, flags, sglang)
+    if result.error is not None:
+        raise KvwiseError(f"SGLang would not start: {result.error}")
+    # vLLM's plan of the same model and card sizes the download, the load and the host memory
+    sizing = plan(model, gpu, flags, vllm_version=args.vllm_version)
+    return from_sglang_plan(sizing, result, flags, release, options(args))
+
+
 def build(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> dict[str, Any]:
+    if getattr(args, "engine", "vllm") == "sglang":
+        return _build_sglang(args, model_name, flags)
     result = planned(args, model_name, flags)
     spec = from_plan(result, flags, options(args))
     rendered = render(spec, args, result)
@@ -69,4 +90,27 @@ def build(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> dict[s
         "startup_budget_s": round(spec.startup.total_s),
         "notes": notes,
         "plan": result.to_json(),
+    }
+
+
+def _build_sglang(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> dict[str, Any]:
+    from kvwise.deploy.k8s import render_k8s
+
+    spec = sglang_spec(args, model_name, flags)
+    rendered = render_k8s(spec, str(args.out))
+    paths = write(args.out, rendered.artefacts)
+    return {
+        "target": args.target,
+        "engine": "sglang",
+        "files": [str(path) for path in paths],
+        "next_steps": list(rendered.next_steps),
+        "image": spec.image,
+        "sglang_args": spec.container_args,
+        "gpus_per_replica": spec.resources.num_gpus,
+        "replicas": spec.options.num_replicas,
+        "startup_budget_s": round(spec.startup.total_s),
+        "notes": [
+            "SGLang replicas run on GPUs only; host memory and the startup budget are sized as "
+            "for vLLM loading the same checkpoint"
+        ],
     }

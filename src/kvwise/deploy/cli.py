@@ -12,34 +12,35 @@ import json
 import sys
 from pathlib import Path
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.errors import UsageError
+from kvwise.planner.cli import add_sglang_flags
 
 TARGETS = ("k8s", "helm", "ray")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from kvwise.deploy.startup import ENGINE_INIT_S, LOAD_RATE_MB_S
     from kvwise.deploy.workload import add_workload_options
 
-    parser = _Parser(prog="kvwise deploy", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise deploy", description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="HF id, catalog name, local dir or config.json")
     parser.add_argument("--gpu", help="GPU catalog name (rtx4090, a100-80gb, h100...)")
     parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its memory in GiB")
     parser.add_argument("--vllm-version", help="vLLM release to plan for and pin the image to")
     parser.add_argument("--target", choices=TARGETS, required=True)
+    parser.add_argument(
+        "--engine", choices=("vllm", "sglang"), default="vllm",
+        help="the replicas' engine (sglang: --target k8s only)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, required=True, help="folder to write the files into")
     parser.add_argument(
         "--replicas", type=int, help="vLLM replicas (k8s, helm; default 1, or as --workload picks)"
     )
-    parser.add_argument("--name", default="vllm", help="name of the replicas (and Helm release)")
+    parser.add_argument(
+        "--name", help="name of the replicas (and Helm release; default: the engine's name)"
+    )
     parser.add_argument("--gateways", type=int, default=2, help="kvwise gateway pods (>= 2)")
     parser.add_argument("--gateway-image", help="image with kvwise[serve] (default kvwise:VERSION)")
     parser.add_argument("--nodes", type=int, help="ray: nodes (pipeline parallel across them)")
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
     add_vllm_flags(parser)
+    add_sglang_flags(parser)
     add_workload_options(parser)
     return parser
 
@@ -98,6 +100,14 @@ def _check_counts(args: argparse.Namespace) -> None:
             "--target ray runs one vLLM instance per Ray cluster; "
             "--replicas and --workload are for k8s/helm"
         )
+    if args.engine == "sglang" and args.target != "k8s":
+        raise UsageError(
+            f"--engine sglang: --target {args.target} cannot run SGLang (the production-stack "
+            "chart's container always runs `vllm serve`; Ray targets vLLM's executor); use "
+            "--target k8s"
+        )
+    if args.engine == "sglang" and args.kind:
+        raise UsageError("--engine sglang takes --replicas; --workload picks vLLM flags")
     if args.replicas and args.kind:
         raise UsageError("give --replicas or --workload (which picks the replicas), not both")
 
@@ -121,6 +131,7 @@ def run(argv: list[str]) -> int:
     from kvwise.deploy.build import build
 
     args, model_name, flags = parse(argv)
+    args.name = args.name or args.engine
     _check_counts(args)
     if args.target == "ray":
         flags = ray_layout(args, flags)

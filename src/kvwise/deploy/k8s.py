@@ -8,7 +8,7 @@ from kvwise.deploy.artefacts import Artefact, Rendered
 from kvwise.deploy.gateway_image import dockerfile
 from kvwise.deploy.k8s_gateway import GATEWAY_NAME, gateway_objects
 from kvwise.deploy.k8s_redis import redis_objects, redis_url
-from kvwise.deploy.k8s_vllm import upstream_urls, vllm_objects
+from kvwise.deploy.k8s_vllm import headless_name, vllm_objects
 from kvwise.deploy.spec import GATEWAY_PORT, HF_TOKEN_KEY, HF_TOKEN_SECRET, DeploySpec
 from kvwise.deploy.yaml_text import dump_all
 
@@ -28,9 +28,9 @@ def image_step(spec: DeploySpec, out_dir: str) -> str:
 
 
 def render_k8s(spec: DeploySpec, out_dir: str) -> Rendered:
-    gateway = gateway_objects(spec, upstream_urls(spec), redis_url())
+    gateway = gateway_objects(spec, [], redis_url(), upstream_dns=headless_name(spec))
     artefacts = (
-        Artefact("vllm.yaml", dump_all(vllm_objects(spec))),
+        Artefact(f"{spec.engine}.yaml", dump_all(vllm_objects(spec))),
         Artefact("redis.yaml", dump_all(redis_objects())),
         Artefact("gateway.yaml", dump_all(gateway)),
         Artefact("gateway.Dockerfile", dockerfile()),

@@ -1,6 +1,9 @@
 """Kubernetes objects of the kvwise gateway: a Deployment of `kvwise serve` (two or more pods,
 each pointed at every vLLM replica, sessions in Redis), its Service and a PodDisruptionBudget
 that keeps one pod serving through node drains.
+
+With plain manifests the gateway finds the replicas through their headless Service's DNS name
+(`--upstream-dns`): a replica added later joins once healthy, one deleted is drained first.
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ def _labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": GATEWAY_NAME, "app.kubernetes.io/part-of": "kvwise"}
 
 
-def gateway_args(spec: DeploySpec, upstreams: list[str], redis_url: str | None) -> list[str]:
-    """`kvwise serve` arguments: the plan it budgets with, every replica, and with Redis the
-    sessions (database 0) and one KV budget shared by every gateway pod (database 1)."""
+def gateway_args(
+    spec: DeploySpec, upstreams: list[str], redis_url: str | None, upstream_dns: str | None = None
+) -> list[str]:
+    """`kvwise serve` arguments: the plan it budgets with, every replica (or the DNS name that
+    lists them), and with Redis the sessions (database 0) and one KV budget shared by every
+    gateway pod (database 1)."""
     args = [spec.model_id, *spec.gateway_plan_args]
     for url in upstreams:
         args += ["--upstream", url]
+    if upstream_dns is not None:
+        args += ["--upstream-dns", upstream_dns]
     args += ["--host", "0.0.0.0", "--port", str(GATEWAY_PORT), "--session-history"]
     if redis_url is None:
         return args  # one gateway, sessions in its own SQLite file
@@ -71,6 +79,8 @@ def _disruption_budget() -> dict[str, Any]:
     }
 
 
-def gateway_objects(spec: DeploySpec, upstreams: list[str], redis_url: str) -> list[dict[str, Any]]:
-    args = gateway_args(spec, upstreams, redis_url)
+def gateway_objects(
+    spec: DeploySpec, upstreams: list[str], redis_url: str, upstream_dns: str | None = None
+) -> list[dict[str, Any]]:
+    args = gateway_args(spec, upstreams, redis_url, upstream_dns)
     return [_deployment(spec, args), _service(), _disruption_budget()]

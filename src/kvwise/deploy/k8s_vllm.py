@@ -1,5 +1,7 @@
-"""Kubernetes objects of the vLLM replicas: one Deployment and model-cache PVC per replica, and a
-headless Service that gives each replica a stable name (`vllm-0.vllm:8000`) for the gateway.
+"""Kubernetes objects of the engine replicas (vLLM, or SGLang with `--engine sglang`): one
+Deployment and model-cache PVC per replica, and a headless Service whose name lists every ready
+replica (one A record per pod): the gateway resolves it (`--upstream-dns vllm:8000`) to find
+replicas as they come and go. Each replica also has a stable name of its own (`vllm-0.vllm:8000`).
 
 One Deployment per replica (replicas: 1, strategy Recreate: a GPU cannot surge) with
 `hostname`/`subdomain` set, so DNS resolves `<hostname>.<service>` to that pod
@@ -25,18 +27,26 @@ def labels(spec: DeploySpec, replica: str | None = None) -> dict[str, str]:
     return {**found, "kvwise.io/replica": replica} if replica else found
 
 
-def upstream_urls(spec: DeploySpec) -> list[str]:
-    service = spec.options.name
-    return [f"http://{name}.{service}:{VLLM_PORT}" for name in spec.replica_names]
+# A replica being deleted keeps serving this long before vLLM gets SIGTERM: its pod leaves the
+# Service's records at once, CoreDNS answers from its cache for up to 30 s (the `cache 30`
+# plugin of the default Corefile) and the gateway re-resolves every 5 s, so new requests stop
+# within ~35 s; the rest of the time lets the streams already running finish.
+DRAIN_S = 60
+TERMINATION_GRACE_S = DRAIN_S + 30  # vLLM's own shutdown after the drain
+
+
+def headless_name(spec: DeploySpec) -> str:
+    """NAME:PORT of the headless Service, found through the pod's DNS search domains."""
+    return f"{spec.options.name}:{VLLM_PORT}"
 
 
 def _container(spec: DeploySpec) -> dict[str, Any]:
     res = spec.resources
     return {
-        "name": "vllm",
+        "name": spec.engine,
         "image": spec.image,
-        "command": ["vllm", "serve"],
-        "args": [spec.model_id, *spec.engine_args, "--host", "0.0.0.0", "--port", str(VLLM_PORT)],
+        "command": spec.container_command,
+        "args": [*spec.container_args, "--host", "0.0.0.0", "--port", str(VLLM_PORT)],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "env": [
             {"name": "HF_HOME", "value": CACHE_PATH},
@@ -68,6 +78,7 @@ def _container(spec: DeploySpec) -> dict[str, Any]:
             {"name": "shm", "mountPath": "/dev/shm"},
         ],
         **engine_probes(VLLM_PORT, spec.startup),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(DRAIN_S)]}}},
     }
 
 
@@ -75,6 +86,7 @@ def deployment(spec: DeploySpec, replica: str) -> dict[str, Any]:
     pod_spec = {
         "hostname": replica,
         "subdomain": spec.options.name,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "containers": [_container(spec)],
         "volumes": [
             {"name": "model-cache", "persistentVolumeClaim": {"claimName": f"{replica}-cache"}},

@@ -22,8 +22,6 @@ Pipeline, one module per step:
     combine.py      no single change starts: the smallest combination, else what would
     command.py      the `vllm serve` command of a fix (never a placeholder)
     diagnose.py     the whole pipeline and its JSON; render.py the Rich view; cli.py the command
-
-The dataset's failure kinds map onto the doctor's as `kinds.DATASET_KINDS` documents.
 """
 
 from kvwise.doctor.diagnose import Report, diagnose

@@ -9,20 +9,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.doctor.diagnose import diagnose
 from kvwise.doctor.render import render
 from kvwise.errors import UsageError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="kvwise doctor",
         description=(
             "Read a vLLM log or traceback (V0 0.4 to V1 0.33), name the root cause with the "

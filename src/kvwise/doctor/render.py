@@ -97,7 +97,9 @@ def _before_after(before: Plan | None, after: Plan | None) -> Table:
 
 
 def _verdict(plan: Plan) -> str:
-    return "starts" if plan.error is None else plan.error.kind
+    if plan.error is not None:
+        return plan.error.kind
+    return "verdict not modelled" if plan.verdict_not_modelled is not None else "starts"
 
 
 _ROWS = (

@@ -72,7 +72,7 @@ def resolve_gpu(
             continue
         if total_bytes:
             # the total CUDA reported on this machine beats the catalog's
-            spec = replace(spec, memory_bytes=int(total_bytes), memory_source="the log")
+            spec = replace(spec, memory_bytes=int(total_bytes))
         return spec, None
     if total_bytes:
         return custom_gpu(total_bytes / GIB), None

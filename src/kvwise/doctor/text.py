@@ -98,11 +98,6 @@ class LogText:
     def line_at(self, offset: int) -> LogLine:
         return self.lines[self.index_at(offset)]
 
-    def lines_between(self, start: int, end: int) -> tuple[LogLine, ...]:
-        first = max(0, bisect.bisect_right(self.starts, start) - 1)
-        last = max(first, bisect.bisect_right(self.starts, max(start, end - 1)) - 1)
-        return self.lines[first : last + 1]
-
     def middle_count(self, name: str) -> int:
         return dict(self.middle_counts).get(name, 0)
 

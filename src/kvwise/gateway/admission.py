@@ -106,7 +106,7 @@ class Admission:
         self._recent_service_s: deque[float] = deque(maxlen=64)
 
     async def acquire(self, ticket: Ticket, exclude: Sequence[Replica] = ()) -> Lease:
-        if not any(r.is_healthy and r not in exclude for r in self.router.replicas):
+        if not any(r.is_in_service and r not in exclude for r in self.router.replicas):
             raise NoReplica
         if len(self.queue) == 0:
             lease = self._try_reserve(ticket, exclude)

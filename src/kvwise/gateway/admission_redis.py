@@ -97,7 +97,7 @@ class SharedAdmission(Admission):
         await self._redis.aclose()
 
     async def acquire(self, ticket: Ticket, exclude: Sequence[Replica] = ()) -> Lease:
-        if not any(r.is_healthy and r not in exclude for r in self.router.replicas):
+        if not any(r.is_in_service and r not in exclude for r in self.router.replicas):
             raise NoReplica
         if len(self.queue) == 0:
             lease = await self._reserve_somewhere(ticket, exclude)
@@ -207,14 +207,15 @@ class SharedAdmission(Admission):
         replica.peak_in_flight = max(replica.peak_in_flight, replica.num_in_flight)
 
     async def _renew_once(self) -> None:
-        urls = [r.url for r in self.router.replicas]
+        replicas = list(self.router.replicas)  # as they were asked for: joins may come meanwhile
+        urls = [r.url for r in replicas]
         args: list[str | int] = [KEY_PREFIX, self.instance_id, self._ttl_ms, *urls]
         status, *totals = await self._call(lambda: self._renew(keys=[], args=args))
         if status == -1:
             log.warning("admission lease had expired: registering again what runs here")
             await self._call(self._register_again)
             return
-        for i, replica in enumerate(self.router.replicas):
+        for i, replica in enumerate(replicas):
             self._mirror(replica, totals[3 * i : 3 * i + 3])
         for key, replica in list(self._to_release.items()):
             await self._send_release(key, replica)

@@ -33,9 +33,11 @@ from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.keys_file import KeyEntry
 from kvwise.gateway.launcher import Supervisor
+from kvwise.gateway.membership import Membership, MembershipConfig
 from kvwise.gateway.metrics import GatewayMetrics, Gauge
 from kvwise.gateway.openapi import openapi_document
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
+from kvwise.gateway.replica_admin import add_replica, drain_replica, list_replicas
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
 from kvwise.gateway.routing import Router
 from kvwise.gateway.security import (
@@ -63,6 +65,9 @@ class Gateway:
             Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
         ]
         self.admission = open_admission(Router(self.replicas), config.admission)
+        self.membership = Membership(
+            self.replicas, self.admission.router, _membership_config(config), self._check
+        )
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         keys_file = config.security.api_keys_file
         self.api_keys = ApiKeys(config.security.api_keys, Path(keys_file) if keys_file else None)
@@ -114,6 +119,7 @@ class Gateway:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+        await self.membership.close()
         await self.admission.close()
         await self.http.aclose()
         self.upstream.close()
@@ -187,6 +193,7 @@ class Gateway:
 
     async def check_replicas(self) -> None:
         self.reload_keys()
+        await self.membership.tick()  # replicas found, joined, drained since the last tick
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         if self.store is not None:
             await self._count_sessions(self.store)
@@ -273,6 +280,15 @@ def _on_sighup(callback: Callable[[], None]) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
 
 
+def _membership_config(config: GatewayConfig) -> MembershipConfig:
+    if config.membership is not None:
+        return config.membership
+    first = config.upstreams[0] if config.upstreams else None
+    return MembershipConfig(
+        first.budget_tokens if first else 0, first.max_num_seqs if first else None
+    )
+
+
 def _address(scope: Scope) -> str:
     return str(scope["client"][0]) if scope.get("client") else "unknown"
 
@@ -280,7 +296,7 @@ def _address(scope: Scope) -> str:
 async def _health(request: Request) -> Response:
     """Up or down for anyone (load balancers); the replicas and their addresses for admins."""
     gateway: Gateway = request.app.state.gateway
-    status = 200 if any(r.is_healthy for r in gateway.replicas) else 503
+    status = 200 if any(r.is_in_service for r in gateway.replicas) else 503
     body: dict[str, Any] = {"status": "ok" if status == 200 else "unavailable"}
     try:
         if gateway.is_admin(request.scope):
@@ -366,6 +382,9 @@ def create_app(config: GatewayConfig, supervisor: Supervisor | None = None) -> _
         Route("/metrics", _metrics, methods=["GET"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/kvwise/status", StatusBoard(gateway).endpoint, methods=["GET"]),
+        Route("/kvwise/replicas", list_replicas, methods=["GET"]),
+        Route("/kvwise/replicas", add_replica, methods=["POST"]),
+        Route("/kvwise/replicas/drain", drain_replica, methods=["POST"]),
         Route("/ui", page, methods=["GET"]),
         Route("/ui/{name}", asset, methods=["GET"]),
     ]

@@ -3,10 +3,12 @@
     kvwise serve --upstream http://127.0.0.1:8001 --kv-budget-tokens 60000
     kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu rtx4090 --max-model-len 16384 --launch
     kvwise serve --demo
+    kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu rtx4090 --engine sglang --launch   (GPU only)
 
 Where the limits come from, first match wins:
     KV budget per replica   --kv-budget-tokens; the plan's KV tokens; the engine's own pool
-                            (its /metrics `vllm:cache_config_info`)
+                            (vLLM: /metrics `vllm:cache_config_info`; SGLang: /metrics
+                            `sglang:max_total_num_tokens`, else /server_info)
     max_model_len           --max-model-len; the plan's; the engine's /v1/models
 At start it prints the limits it enforces and where each came from (`--json`: as JSON).
 """
@@ -19,7 +21,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
@@ -33,10 +35,16 @@ from kvwise.gateway.config import (
     SessionConfig,
     UpstreamSpec,
 )
-from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
+from kvwise.gateway.discovery import Limits, PlannedLimits, discover_limits, plan_limits
+from kvwise.gateway.membership import DNS_INTERVAL_S, MembershipConfig
+from kvwise.gateway.replica_dns import DnsTarget, dns_target
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
 from kvwise.gateway.startup_summary import describe, print_limits
+from kvwise.planner.cli import add_sglang_flags
+
+if TYPE_CHECKING:
+    from kvwise.gateway.launcher import EngineCommand
 
 DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
 DAY_S = 86_400
@@ -60,12 +68,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream", action="append", default=[], help="running OpenAI-compatible server"
     )
     engines.add_argument(
-        "--launch", action="store_true", help="start vLLM replicas with the planned flags"
+        "--engine", choices=("vllm", "sglang"), default="vllm",
+        help="the engine to plan for and --launch (default vllm)",
+    )  # fmt: skip
+    engines.add_argument(
+        "--upstream-dns",
+        metavar="NAME:PORT",
+        help="find replicas by DNS, every A/AAAA record one (a Kubernetes headless Service: "
+        "vllm-headless.NAMESPACE.svc.cluster.local:8000); resolved again every --dns-interval, "
+        "new ones join once healthy, vanished ones are drained",
+    )
+    engines.add_argument(
+        "--dns-interval", type=float, default=DNS_INTERVAL_S, help="seconds between resolutions"
+    )
+    engines.add_argument(
+        "--dns-server", metavar="IP[:PORT]", help="nameserver to ask (default: /etc/resolv.conf's)"
+    )
+    engines.add_argument(
+        "--launch", action="store_true", help="start engine replicas with the planned flags"
     )
     engines.add_argument(
         "--replicas", type=int, default=1, help="with --launch (one per GPU or TP group)"
     )
-    engines.add_argument("--engine-command", help="template, default 'vllm serve {model}'")
+    engines.add_argument(
+        "--engine-command",
+        help="template, default 'vllm serve {model}' (SGLang: "
+        "'python3 -m sglang.launch_server --model-path {model}')",
+    )
     engines.add_argument("--log-dir", type=Path, default=Path("kvwise-logs"), help="replica logs")
     engines.add_argument(
         "--demo", action="store_true", help="serve SmolLM2-135M-Instruct on the CPU engine"
@@ -87,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_gateway_flags(parser)
     add_vllm_flags(parser)
+    add_sglang_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the enforced limits as JSON")
     return parser
 
@@ -240,7 +270,24 @@ class Started:
     tokenizer_path: str | None
 
 
-def start_engines(args: argparse.Namespace) -> Started:
+def engine_command(args: argparse.Namespace, planned: PlannedLimits | None) -> EngineCommand:
+    """vLLM with the flags given (vLLM resolves the rest itself), or SGLang with every flag
+    the SGLang plan resolved, which needs the plan (a MODEL and --gpu)."""
+    from kvwise.gateway.launcher import sglang_engine, vllm_engine
+
+    if args.engine == "vllm":
+        return vllm_engine(flags_from_args(args), args.engine_command)
+    if planned is None or planned.sglang_args is None:
+        raise UsageError(
+            "--engine sglang --launch starts SGLang with the planned flags: give --gpu (or "
+            "--gpu-memory-gib) so that kvwise can plan them"
+        )
+    return sglang_engine(
+        list(planned.sglang_args), planned.tensor_parallel_size, args.engine_command
+    )
+
+
+def start_engines(args: argparse.Namespace, planned: PlannedLimits | None = None) -> Started:
     if args.demo:
         from kvwise.gateway.demo import start_demo
 
@@ -248,14 +295,15 @@ def start_engines(args: argparse.Namespace) -> Started:
     if args.launch:
         if not args.model:
             raise UsageError("--launch needs a MODEL to serve")
-        from kvwise.gateway.launcher import DEFAULT_ENGINE_COMMAND, Supervisor, plan_launches
+        from kvwise.gateway.launcher import Supervisor, plan_launches
 
-        flags = flags_from_args(args)
+        engine = engine_command(args, planned)
         # several replicas split the visible GPUs into groups of TP x PP; one uses them all
-        per_replica = (flags.tensor_parallel_size or 1) * (flags.pipeline_parallel_size or 1)
+        per_replica = engine.gpus_per_replica
         gpu_ids = list(range(args.replicas * per_replica)) if args.replicas > 1 else None
-        command = args.engine_command or DEFAULT_ENGINE_COMMAND
-        launches = plan_launches(args.model, flags, args.replicas, command, args.log_dir, gpu_ids)
+        launches = plan_launches(
+            args.model, engine, args.replicas, engine.template, args.log_dir, gpu_ids
+        )
         supervisor = Supervisor(launches)
         print(
             f"kvwise serve: starting {len(launches)} replica(s); logs in {args.log_dir}/",
@@ -264,8 +312,11 @@ def start_engines(args: argparse.Namespace) -> Started:
         supervisor.start_and_wait(timeout_s=900)
         local = args.model if Path(args.model).is_dir() else None
         return Started([launch.url for launch in launches], supervisor, args.tokenizer or local)
-    if not args.upstream:
-        raise UsageError("give --upstream URL (a running server), --launch with a MODEL, or --demo")
+    if not args.upstream and not args.upstream_dns:
+        raise UsageError(
+            "give --upstream URL (a running server), --upstream-dns NAME:PORT, --launch with a "
+            "MODEL, or --demo"
+        )
     for url in args.upstream:
         check_upstream_url(url)
     return Started(list(args.upstream), None, args.tokenizer)
@@ -284,8 +335,24 @@ def check_upstream_url(url: str) -> None:
         raise UsageError(f"--upstream {url}: give an http:// URL (e.g. http://127.0.0.1:8001)")
 
 
+def dns_replicas(args: argparse.Namespace) -> tuple[DnsTarget | None, list[str]]:
+    """--upstream-dns's target and what it resolves to now (the limits may be read there)."""
+    if not args.upstream_dns:
+        return None, []
+    import asyncio
+
+    from kvwise.gateway.replica_dns import resolve_urls
+
+    target = dns_target(args.upstream_dns, args.dns_server)
+    return target, sorted(asyncio.run(resolve_urls(target)) or ())
+
+
 def build_config(
-    args: argparse.Namespace, urls: list[str], limits: Limits, tokenizer: str | None
+    args: argparse.Namespace,
+    urls: list[str],
+    limits: Limits,
+    tokenizer: str | None,
+    dns: DnsTarget | None = None,
 ) -> GatewayConfig:
     store = args.admission_store
     if store is not None and not store.startswith(("redis://", "rediss://", "unix://")):
@@ -306,6 +373,9 @@ def build_config(
         health_timeout_s=args.health_timeout,
         health_failures=args.health_failures,
         stall_timeout_s=args.stall_timeout,
+        membership=MembershipConfig(
+            limits.kv_budget_tokens, limits.max_num_seqs, dns, args.dns_interval
+        ),
     )
 
 
@@ -330,6 +400,7 @@ def run(argv: list[str]) -> int:
         "stall_timeout",
         "health_timeout",
         "health_failures",
+        "dns_interval",
     )
     if args.api_keys_file:
         read_keys_file(args.api_keys_file)  # a bad keys file: one line and exit 2, before all else
@@ -338,10 +409,15 @@ def run(argv: list[str]) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health check otherwise
     planned = plan_limits(args)
-    started = start_engines(args)
+    started = start_engines(args, planned)
     try:
-        limits = discover_limits(args, planned, started.urls)
-        config = build_config(args, started.urls, limits, started.tokenizer_path)
+        dns, found = dns_replicas(args)
+        explicit = args.kv_budget_tokens and args.max_model_len not in (None, -1)
+        if not started.urls and not found and planned is None and not explicit:
+            raise UsageError(f"--upstream-dns {args.upstream_dns}: no replica resolves yet; "
+                             "pass MODEL and --gpu to start before they do")  # fmt: skip
+        limits = discover_limits(args, planned, started.urls + found)
+        config = build_config(args, started.urls, limits, started.tokenizer_path, dns)
         check_store_durability(args)
         print_limits(describe(config, limits, args), args.json)
         serve(config, args.host, args.port, started.supervisor)

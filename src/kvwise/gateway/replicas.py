@@ -11,8 +11,10 @@ except that vLLM allocates whole blocks (a request's last block is partly empty;
 blocks on CPU), hence the per-request slack. So "used by others" never over-tightens: it only
 counts KV that someone else (a client talking to the engine directly, another gateway) holds.
 A replica whose engine reports waiting requests is full, whatever the arithmetic says: the engine
-itself is queueing. A replica with nothing of ours in flight always takes one request, so a
-request larger than the budget runs alone, not never.
+itself is queueing. SGLang's figures (`sglang:num_used_tokens`, `num_queue_reqs`,
+`max_total_num_tokens`) are read into the same fields; it allocates per token, so no slack.
+A replica with nothing of ours in flight always takes one request, so a request larger than the
+budget runs alone, not never.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ from dataclasses import dataclass
 # Prometheus text lines: name{labels} value   (vLLM's names, see vllm/v1/metrics/loggers.py)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
-_USED_SERIES = (
+_VLLM_SERIES = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:cache_config_info",
 )
+# SGLang's scheduler gauges (python/sglang/srt/metrics/collector.py; observability/
+# metrics_collector.py from 0.5.2x): running and queued requests, KV tokens in use (exact;
+# `token_usage` is rounded to two decimals), and the pool (`max_total_num_tokens`, newer
+# releases only). Every TP rank may export the same figures: they are read per DP rank (max over
+# its label sets) and summed over DP ranks.
+SGLANG_RUNNING = "sglang:num_running_reqs"
+SGLANG_QUEUED = "sglang:num_queue_reqs"
+SGLANG_USED = "sglang:num_used_tokens"
+SGLANG_USAGE = "sglang:token_usage"
+SGLANG_POOL = "sglang:max_total_num_tokens"
+_SGLANG_SERIES = (SGLANG_RUNNING, SGLANG_QUEUED, SGLANG_USED, SGLANG_USAGE, SGLANG_POOL)
+_SGLANG_NAMES = frozenset(_SGLANG_SERIES)
+_USED_SERIES = _VLLM_SERIES + _SGLANG_SERIES
 
 
 @dataclass(frozen=True)
@@ -41,9 +56,54 @@ class EngineLoad:
     num_requests_waiting: int
     pool_tokens: int | None  # num_gpu_blocks x block_size, from vllm:cache_config_info
     block_size: int = 16  # vLLM's GPU default; the CPU backend uses 128
+    engine: str | None = "vllm"  # whose metric names were found (None: neither's)
+    used_tokens: int | None = None  # exact, where the engine reports it (SGLang)
+
+
+def _parse_sglang(text: str) -> EngineLoad | None:
+    """SGLang's gauges, or None when the text has none. SGLang allocates KV per token
+    (page_size 1 by default, server_args.py), so a request holds no partly empty block."""
+    per_rank: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith(_SGLANG_SERIES):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group(1) not in _SGLANG_NAMES:
+            continue
+        rank = dict(_LABEL.findall(match.group(2) or "")).get("dp_rank", "0")
+        key = (match.group(1), rank)
+        per_rank[key] = max(per_rank.get(key, 0.0), float(match.group(3)))
+    if not per_rank:
+        return None
+
+    def total(name: str) -> float | None:
+        values = [v for (n, _), v in per_rank.items() if n == name]
+        return sum(values) if values else None
+
+    pool = total(SGLANG_POOL)
+    used = total(SGLANG_USED)
+    if pool and used is not None:
+        usage = used / pool
+    else:
+        ratios = [v for (n, _), v in per_rank.items() if n == SGLANG_USAGE]
+        usage = sum(ratios) / len(ratios) if ratios else 0.0
+    return EngineLoad(
+        usage,
+        int(total(SGLANG_RUNNING) or 0),
+        int(total(SGLANG_QUEUED) or 0),
+        int(pool) if pool else None,
+        block_size=1,
+        engine="sglang",
+        used_tokens=int(used) if used is not None else None,
+    )
 
 
 def parse_engine_metrics(text: str) -> EngineLoad:
+    """vLLM's or SGLang's load, by the metric names the text carries."""
+    if "vllm:" not in text:
+        sglang = _parse_sglang(text)
+        if sglang is not None:
+            return sglang
     usage: list[float] = []
     running = waiting = 0
     pool_tokens: int | None = None
@@ -70,7 +130,8 @@ def parse_engine_metrics(text: str) -> EngineLoad:
             if info.get("num_gpu_blocks", "None").isdigit():
                 pool_tokens = int(info["num_gpu_blocks"]) * block_size
     mean_usage = sum(usage) / len(usage) if usage else 0.0
-    return EngineLoad(mean_usage, running, waiting, pool_tokens, block_size)
+    engine = "vllm" if "vllm:" in text else None
+    return EngineLoad(mean_usage, running, waiting, pool_tokens, block_size, engine)
 
 
 class Replica:
@@ -89,8 +150,14 @@ class Replica:
         self.peak_reserved_tokens = 0
         self.peak_in_flight = 0
         self.is_healthy = True
+        self.is_draining = False  # going away: no new requests, those in flight finish
         self.num_failed_probes = 0  # health probes unanswered in a row
         self.load: EngineLoad | None = None
+
+    @property
+    def is_in_service(self) -> bool:
+        """Takes new requests: answering its health checks and not being drained."""
+        return self.is_healthy and not self.is_draining
 
     def effective_budget_tokens(self) -> int:
         budget = self.budget_tokens
@@ -98,13 +165,15 @@ class Replica:
             return budget
         if self.load.pool_tokens is not None:
             budget = min(budget, self.load.pool_tokens)
-            used_tokens = int(self.load.kv_cache_usage_perc * self.load.pool_tokens)
+            used_tokens = self.load.used_tokens
+            if used_tokens is None:
+                used_tokens = int(self.load.kv_cache_usage_perc * self.load.pool_tokens)
             ours_at_most = self.reserved_tokens + self.num_in_flight * (self.load.block_size - 1)
             budget -= max(0, used_tokens - ours_at_most)
         return budget
 
     def has_room(self, cost_tokens: int, num_seqs: int = 1) -> bool:
-        if not self.is_healthy:
+        if not self.is_in_service:
             return False
         if self.num_in_flight == 0:
             return True

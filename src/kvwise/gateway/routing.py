@@ -27,15 +27,20 @@ def _hash(text: str) -> int:
 
 class Router:
     def __init__(self, replicas: Sequence[Replica]) -> None:
+        self.rebuild(replicas)
+
+    def rebuild(self, replicas: Sequence[Replica]) -> None:
+        """The replicas known now (`kvwise.gateway.membership`); the ring holds those not being
+        drained, so a drained replica's keys move to the next one on the ring, and only those."""
         self.replicas = list(replicas)
+        members = [r for r in self.replicas if not r.is_draining]
         ring = [
-            (_hash(f"{r.name}#{i}"), r)
-            for r in self.replicas
-            for i in range(VIRTUAL_NODES_PER_REPLICA)
+            (_hash(f"{r.name}#{i}"), r) for r in members for i in range(VIRTUAL_NODES_PER_REPLICA)
         ]
         ring.sort(key=lambda point: point[0])
         self._points = [point for point, _ in ring]
         self._owners = [replica for _, replica in ring]
+        self._num_members = len(members)
 
     def ring_order(self, key: str) -> list[Replica]:
         """Replicas in the order the ring visits them from `key`, each once."""
@@ -45,7 +50,7 @@ class Router:
             replica = self._owners[(start + i) % len(self._owners)]
             if replica not in order:
                 order.append(replica)
-                if len(order) == len(self.replicas):
+                if len(order) == self._num_members:
                     break
         return order
 
@@ -61,7 +66,7 @@ class Router:
         ]
         if not candidates:
             return None
-        healthy = [r for r in self.replicas if r.is_healthy]
+        healthy = [r for r in self.replicas if r.is_in_service]
         # mean reservation once this request lands somewhere; one request of slack plays the
         # part of the ceiling in the paper's integer bound, so two replicas do not ping-pong
         mean_tokens = (sum(r.reserved_tokens for r in healthy) + cost_tokens) / max(1, len(healthy))

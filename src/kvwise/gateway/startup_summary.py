@@ -21,6 +21,7 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
             {"name": u.name, "url": u.url, "kv_budget_tokens": u.budget_tokens}
             for u in config.upstreams
         ],
+        "replicas_from_dns": _dns(config),
         "kv_budget_source": limits.kv_budget_source,
         "max_model_len": config.max_model_len,
         "max_model_len_source": limits.max_model_len_source,
@@ -43,6 +44,15 @@ def describe(config: GatewayConfig, limits: Limits, args: argparse.Namespace) ->
     }
 
 
+def _dns(config: GatewayConfig) -> dict[str, Any] | None:
+    membership = config.membership
+    if membership is None or membership.dns is None:
+        return None
+    target = membership.dns
+    return {"name": f"{target.host}:{target.port}", "interval_s": membership.dns_interval_s,
+            "kv_budget_tokens": membership.budget_tokens}  # fmt: skip
+
+
 def print_limits(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(summary, indent=2), flush=True)
@@ -55,6 +65,10 @@ def print_limits(summary: dict[str, Any], as_json: bool) -> None:
         lines.append(
             f"  replica {r['name']}:    {r['url']}  KV budget {r['kv_budget_tokens']:,} tokens"
         )
+    if s["replicas_from_dns"]:
+        dns = s["replicas_from_dns"]
+        lines.append(f"  replicas from DNS: {dns['name']} (every {dns['interval_s']:g} s), each "
+                     f"KV budget {dns['kv_budget_tokens']:,} tokens")  # fmt: skip
     history = "on" if s["session_history"] else "off"
     lines += [
         f"  KV budget from {s['kv_budget_source']}",

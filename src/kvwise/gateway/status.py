@@ -109,7 +109,7 @@ class StatusBoard:
         except httpx.HTTPError:
             return
         if response.status_code == 200:
-            self.windows[replica.name].add(parse_sample(response.text))
+            self.windows.setdefault(replica.name, EngineWindow()).add(parse_sample(response.text))
 
     def _compose(self) -> dict[str, Any]:
         replicas = [self._replica(r) for r in self.gateway.replicas]
@@ -128,7 +128,9 @@ class StatusBoard:
 
     def _replica(self, replica: Any) -> dict[str, Any]:
         figures = {"name": replica.name, "url": replica.url, "healthy": replica.is_healthy}
-        figures.update(self.windows[replica.name].figures(replica.budget_tokens))
+        figures.update(
+            self.windows.setdefault(replica.name, EngineWindow()).figures(replica.budget_tokens)
+        )
         figures["planned_pool_tokens"] = replica.budget_tokens
         figures["reserved_tokens"] = replica.reserved_tokens
         figures["num_in_flight"] = replica.num_in_flight

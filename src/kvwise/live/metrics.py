@@ -4,8 +4,10 @@ Counters are differenced (after - before): preemptions, prefix-cache queries and
 and generated tokens, engine steps (the count of the `iteration_tokens_total` histogram: one
 observation per step). Gauges (KV-cache usage, running and waiting requests) are sampled during
 the run; their peaks and means are reported. Names changed across vLLM releases (`gpu_` prefix
-before V1's renames); each figure lists the names it is read under, newest first. A server
-without vLLM's metrics (SGLang, llama.cpp, a gateway) gives `None`, never an error.
+before V1's renames); each figure lists the names it is read under, newest first. SGLang's
+names (`sglang:`, python/sglang/srt/observability/metrics_collector.py at v0.5.23) come after
+vLLM's for the figures it reports: retractions stand for preemptions. A server with neither
+(llama.cpp, a gateway) gives `None`, never an error.
 """
 
 from __future__ import annotations
@@ -20,22 +22,26 @@ import httpx
 
 # figure -> metric names (summed over label sets), newest first
 COUNTERS: dict[str, tuple[str, ...]] = {
-    "num_preemptions": ("vllm:num_preemptions_total",),
+    "num_preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
     "prefix_cache_queries": (
         "vllm:prefix_cache_queries_total",
         "vllm:gpu_prefix_cache_queries_total",
     ),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "prompt_tokens": ("vllm:prompt_tokens_total",),
-    "generation_tokens": ("vllm:generation_tokens_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "num_steps": ("vllm:iteration_tokens_total_count",),
     "step_tokens": ("vllm:iteration_tokens_total_sum",),
     "num_requests_finished": ("vllm:request_success_total",),
 }
 GAUGES: dict[str, tuple[str, ...]] = {
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "num_requests_running": ("vllm:num_requests_running",),
-    "num_requests_waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": (
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "sglang:token_usage",
+    ),
+    "num_requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    "num_requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
 }
 # per-request phase times the engine itself measures: histogram sums and counts
 PHASES = ("queue", "prefill", "decode")
@@ -74,7 +80,7 @@ def parse_prometheus(text: str) -> Snapshot:
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot | None:
-    """The server's metrics, or None when it has no vLLM metrics endpoint."""
+    """The server's metrics, or None when it has no vLLM or SGLang metrics endpoint."""
     try:
         response = await client.get(f"{base_url}/metrics", timeout=5.0)
     except httpx.HTTPError:
@@ -82,7 +88,7 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> Snapshot | None:
     if response.status_code != 200:
         return None
     snapshot = parse_prometheus(response.text)
-    return snapshot if any(n.startswith("vllm:") for n in snapshot.values) else None
+    return snapshot if any(n.startswith(("vllm:", "sglang:")) for n in snapshot.values) else None
 
 
 @dataclass

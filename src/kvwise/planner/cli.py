@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from kvwise.core.catalog import load_model
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args, parse_vllm_command
 from kvwise.core.gpus import GIB, GpuSpec, resolve_gpu
 from kvwise.errors import UsageError
@@ -23,15 +24,8 @@ if TYPE_CHECKING:
     from kvwise.planner.sglang import SglangFlags
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="kvwise plan",
         description="Will vLLM start, how much KV cache does it get, and what does each knob change.",
         epilog="A pasted command works too: kvwise plan --gpu rtx4090 -- vllm serve MODEL --max-model-len 8192",
@@ -53,8 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
-    parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
-    _add_sglang_flags(parser)
+    parser.add_argument(
+        "--engine",
+        type=_engine,
+        default="vllm",
+        help="vllm, sglang, or vllm,sglang (with --workload: compare the two and recommend one)",
+    )
+    add_sglang_flags(parser)
     parser.add_argument(
         "--explain", action="store_true", help="what each common knob changes, in numbers"
     )
@@ -63,7 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
+BOTH_ENGINES = "vllm,sglang"
+
+
+def _engine(value: str) -> str:
+    names = sorted({part.strip() for part in value.split(",") if part.strip()})
+    if not names or any(name not in ("vllm", "sglang") for name in names):
+        raise argparse.ArgumentTypeError(f"{value!r}: give vllm, sglang or vllm,sglang")
+    return names[0] if len(names) == 1 else BOTH_ENGINES
+
+
+def add_sglang_flags(parser: argparse.ArgumentParser) -> None:
     """SGLang's own flags, under SGLang's names (with --engine sglang)."""
     group = parser.add_argument_group("SGLang (with --engine sglang)")
     group.add_argument(
@@ -77,7 +86,7 @@ def _add_sglang_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-running-requests", type=int, help="requests running at once")
 
 
-def _sglang_flags(args: argparse.Namespace) -> SglangFlags:
+def sglang_flags_from_args(args: argparse.Namespace) -> SglangFlags:
     from kvwise.planner.sglang import SglangFlags
 
     if args.mem_fraction_static is not None and not 0 < args.mem_fraction_static < 1:
@@ -159,10 +168,12 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
     model = load_model(model_name)
     gpu = gpu_from_args(args)
     host = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
+    if args.engine == BOTH_ENGINES:
+        raise UsageError("--engine vllm,sglang compares the engines on a workload: add --workload")
     if args.engine == "sglang":
         from kvwise.planner.sglang import run_sglang
 
-        return run_sglang(model, gpu, flags, as_json=args.json, sglang=_sglang_flags(args))
+        return run_sglang(model, gpu, flags, as_json=args.json, sglang=sglang_flags_from_args(args))
     result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
     if args.explain:
         from kvwise.planner.explain import run_explain

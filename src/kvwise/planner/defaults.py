@@ -7,13 +7,12 @@ full set vLLM would run with on this GPU, and rejects combinations vLLM itself r
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
+from kvwise.core.data_files import read_json
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import SLIDING, ModelSpec
@@ -74,7 +73,6 @@ class VersionRules:
     v2_profile_sampler_tensors: tuple[str, ...]  # [rows, vocab] tensors at V2's profile sampler
     v2_warmup_sampler_tensors: tuple[str, ...]  # and at its warmup_kernels sampler step
     hybrid_kv_groups: bool  # sliding and full layers in separate KV-cache groups (V1 0.9.1+)
-    custom_all_reduce: str  # "v0": three 8 MiB IPC buffers when enabled
     distributed_init_before_snapshot: bool  # NCCL and custom all-reduce set up before it (0.11+)
     lora_extra_vocab_size: int  # extra LoRA vocabulary rows per adapter (0 from 0.12)
     lora_max_ranks: tuple[int, ...]  # LoRAConfig's allowed --max-lora-rank values
@@ -94,8 +92,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
 
 @cache
 def _rules_data() -> dict[str, Any]:
-    raw = resources.files("kvwise.core").joinpath("data/vllm_versions.json").read_text()
-    data: dict[str, Any] = json.loads(raw)
+    data: dict[str, Any] = read_json("vllm_versions.json")
     return data
 
 
@@ -234,8 +231,7 @@ def _check_quantization(
 
 @cache
 def _quant_capability_rules() -> list[dict[str, Any]]:
-    raw = resources.files("kvwise.core").joinpath("data/quant_capability.json").read_text()
-    return list(json.loads(raw)["rules"])
+    return list(read_json("quant_capability.json")["rules"])
 
 
 def min_capability(method: str, version: str) -> int | None:

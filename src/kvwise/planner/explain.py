@@ -122,7 +122,12 @@ def _note(before: Plan, after: Plan) -> str:
             parts.append(f"{label} {(y - x) / GIB:+.2f} GiB")
     tokens = f"KV tokens {before.kv.tokens:,} → {after.kv.tokens:,}"
     conc = f"max concurrency {before.kv.max_concurrency:.2f}x → {after.kv.max_concurrency:.2f}x"
-    status = "" if after.starts else f"; vLLM would refuse: {after.error.kind}"  # type: ignore[union-attr]
+    if after.error is not None:
+        status = f"; vLLM would refuse: {after.error.kind}"
+    elif after.verdict_not_modelled is not None:
+        status = f"; start/fail verdict {after.verdict_not_modelled}"
+    else:
+        status = ""
     return ", ".join([*parts, tokens, conc]) + status
 
 

@@ -233,6 +233,37 @@ def _multi_gpu_bytes(gpu: GpuSpec, tp: int, rules: VersionRules) -> int:
     return custom_all_reduce_bytes(gpu, tp)
 
 
+# V0's own graph-capture message (vllm/worker/model_runner.py:ModelRunner.capture_model, 0.4.0-
+# 0.6.3): "CUDA graphs can take additional 1~3 GiB memory per GPU". Where the custom all-reduce
+# is off at TP > 1 (PCIe beyond two GPUs, no GPU P2P), the all-reduces captured in the graphs go
+# through NCCL (distributed/parallel_state.py:GroupCoordinator.graph_capture: only the custom
+# all-reduce gets a capture context of its own), and what NCCL allocates for captured
+# collectives is NCCL's, not in vLLM's source. kvwise's graph figure is fitted at TP1 and on
+# NVSwitch H100s (custom all-reduce on), so with less room than vLLM's own upper bound beside
+# the budget the capture verdict is not modelled. Two GPUs are left out: two GeForce cards
+# without P2P start with far less room beside the budget (the in-sample vllm#28228, 2x RTX 3090
+# at 0.95 with NCCL in the graphs, about 1.2 GiB left), and the graph-capture failures that
+# raised the question were at TP 4 and TP 8.
+GRAPH_CAPTURE_UPPER_BOUND_BYTES = 3 * GIB
+NCCL_GRAPH_MIN_TP = 4
+
+
+def nccl_graph_capture_not_modelled(
+    gpu: GpuSpec, resolved: ResolvedFlags, graphs_excess: int, room: int
+) -> str | None:
+    """'not modelled: …' when the capture verdict hangs on NCCL's memory in the graphs."""
+    tp = resolved.tensor_parallel_size
+    if resolved.enforce_eager or tp < NCCL_GRAPH_MIN_TP or custom_all_reduce_bytes(gpu, tp) > 0:
+        return None
+    if graphs_excess > room or room >= GRAPH_CAPTURE_UPPER_BOUND_BYTES:
+        return None  # out of memory with the graphs alone, or room for vLLM's own upper bound
+    return (
+        f"not modelled: CUDA-graph capture at TP {tp} without the custom all-reduce (NCCL's "
+        f"memory for the all-reduces captured in the graphs); {room / GIB:.2f} GiB is left "
+        "beside the budget, below the 3 GiB per GPU vLLM itself says graphs can take"
+    )
+
+
 NCCL_INIT_NOT_MODELLED = (
     "NCCL communicator memory set up before vLLM's memory snapshot (0.11+, "
     "init_worker_distributed_environment): it lowers the free memory at the start-up check and "

@@ -28,6 +28,7 @@ from kvwise.planner.kv import (
 from kvwise.planner.kv_release import for_release
 from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
+    CUDA_OOM_SAMPLER_WARMUP,
     KvCapacity,
     MemoryBreakdown,
     Plan,
@@ -118,6 +119,32 @@ def _capacity(
     )
 
 
+def _room_outside_budget(
+    gpu: GpuSpec,
+    resolved: ResolvedFlags,
+    rules: VersionRules,
+    budget: int,
+    parts: _NonKv,
+    available: int,
+    free: int,
+) -> int:
+    """Device memory left beside the budget once the KV pool is allocated."""
+    if resolved.kv_cache_memory_bytes is not None:
+        return free - (parts.weights + parts.activation + parts.non_torch + available)
+    if rules.accounting == "global":
+        # Global accounting (V0 0.6.4 worker/worker.py:determine_num_available_blocks, V1
+        # 0.8.0-0.9.0 v1/worker/gpu_worker.py:determine_available_memory): the budget is
+        # total x util less the torch peak and everything else in use on the device
+        # (mem_get_info's total - free: the CUDA context, NCCL, other processes), so the
+        # context and other processes sit inside the budget and what is left beside it is
+        # total - budget, not free - budget. Memory in use at the snapshot that the plan did
+        # not charge (a start-up free figure below NVML's) still takes from that room.
+        charged = gpu.memory_bytes - gpu.free_bytes if gpu.free_bytes is not None else 0
+        in_use = gpu.memory_bytes - free - memory.CUDA_CONTEXT_BYTES
+        return gpu.memory_bytes - budget - max(0, in_use - charged)
+    return free - budget
+
+
 def _startup_error(
     gpu: GpuSpec,
     resolved: ResolvedFlags,
@@ -145,11 +172,7 @@ def _startup_error(
         return errors_text.max_len_exceeds(rules, resolved, needed, available, kv, est)
     # After the KV pool: graphs (beyond what the budget reserved) and the sampler warm-up must
     # fit in what the budget left free on the device.
-    outside = (
-        free - budget
-        if resolved.kv_cache_memory_bytes is None
-        else free - (parts.weights + parts.activation + parts.non_torch + available)
-    )
+    outside = _room_outside_budget(gpu, resolved, rules, budget, parts, available, free)
     if outside < 0:
         # no start-up check (V0, V1 < 0.9.1): the pool is sized past free memory and its
         # allocation fails
@@ -199,6 +222,12 @@ def plan(
     before_snapshot = memory.before_snapshot_bytes(gpu, resolved, rules)
     free = _free_at_init(gpu, startup_free_bytes, before_snapshot)
     error = _startup_error(gpu, resolved, rules, budget, parts, available, layout, kv, model, free)
+    verdict_not_modelled = None
+    if error is None or error.kind == CUDA_OOM_SAMPLER_WARMUP:
+        # graph capture runs before the warm-up: its verdict decides which stage fails first
+        room = _room_outside_budget(gpu, resolved, rules, budget, parts, available, free)
+        excess = parts.graphs_actual - parts.graphs_in_budget
+        verdict_not_modelled = memory.nccl_graph_capture_not_modelled(gpu, resolved, excess, room)
     gpus_used = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     host = host_ram_bytes(model, resolved, gpus_used, parts.weights)
     if error is None and host_ram_available_bytes is not None and host > host_ram_available_bytes:
@@ -212,7 +241,7 @@ def plan(
         cuda_graph_bytes=parts.graphs_actual,
         kv_cache_bytes=max(available, 0),
         cuda_graph_in_budget=memory.graph_estimate_in_budget(model, rules),
-        peak_device_bytes=memory.CUDA_CONTEXT_BYTES
+        peak_device_bytes=(0 if rules.accounting == "global" else memory.CUDA_CONTEXT_BYTES)
         + before_snapshot
         + budget
         + parts.graphs_actual
@@ -231,5 +260,6 @@ def plan(
         host_ram_bytes=host,
         warnings=(),
         setup_not_modelled=memory.setup_not_modelled(resolved, rules),
+        verdict_not_modelled=verdict_not_modelled,
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

@@ -133,7 +133,9 @@ def render(plan: Plan, console: Console) -> None:
     )
     console.print(memory_table(plan))
     console.print(kv_table(plan))
-    if plan.error is None:
+    if plan.verdict_not_modelled is not None:
+        console.print(f"[bold yellow]Start/fail verdict {plan.verdict_not_modelled}[/]")
+    elif plan.error is None:
         console.print("[bold green]vLLM starts.[/]")
     else:
         console.print(f"[bold red]vLLM refuses to start ({plan.error.kind}):[/]")

@@ -93,10 +93,12 @@ class Plan:
     host_ram_bytes: int
     warnings: tuple[str, ...]
     setup_not_modelled: tuple[str, ...] = ()  # parts of this set-up (not the model) not sized
+    verdict_not_modelled: str | None = None  # "not modelled: …" where start/fail is not known
 
     @property
     def starts(self) -> bool:
-        return self.error is None
+        """vLLM starts, as far as kvwise can tell (False where the verdict is not modelled)."""
+        return self.error is None and self.verdict_not_modelled is None
 
     @property
     def not_modelled(self) -> tuple[str, ...]:
@@ -140,6 +142,7 @@ class Plan:
                 "max_concurrency": round(self.kv.max_concurrency, 2),
             },
             "starts": self.starts,
+            "verdict_not_modelled": self.verdict_not_modelled,
             "error": None if self.error is None else asdict(self.error),
             "host_ram_gib": gib(self.host_ram_bytes),
             "warnings": list(self.warnings),

@@ -51,9 +51,19 @@ def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
     return out
 
 
+# packed-integer checkpoints that run on vLLM's AWQ/GPTQ Marlin kernels (and compressed-tensors
+# WNA16, scheme "W4A16 ..."); FP8, FP4 and ModelOpt checkpoints run on their own kernels
+MARLIN_INT_METHODS = ("awq", "gptq", "auto-round")
+
+
 def _model_warnings(plan: Plan) -> list[str]:
     out = []
-    if plan.model.quant is not None and plan.flags.dtype == "bfloat16":
+    quant = plan.model.quant
+    is_marlin_int = quant is not None and (
+        quant.method in MARLIN_INT_METHODS
+        or (quant.method == "compressed-tensors" and quant.scheme.startswith("W"))
+    )
+    if is_marlin_int and plan.flags.dtype == "bfloat16":
         out.append("quantized kernels (AWQ/GPTQ Marlin) are tuned for float16 activations")
     if plan.model.is_hybrid:
         out.append(

@@ -6,6 +6,8 @@ Layers (entities, scheduler, cost model and workload kept apart):
     block_pool.py       the paged KV pool: null block, LRU free queue, prefix-cache map
     kv_cache_manager.py per-request blocks: prefix hits, all-or-nothing allocation
     scheduler.py        vLLM V1's schedule() step by step (and V0's prefill-first)
+    sglang_scheduler.py SGLang's step as a variant of it (radix hits, retraction), for
+                        `plan --engine vllm,sglang` (sglang_deploy.py: through SGLang's planner)
     cohort.py, engine.py the event loop; decoding requests kept implicit for speed
     pure_decode.py      decode-only steps in a tight loop (also admits prompts that fit whole)
     frontend.py         the API server: a latency, and one CPU that requests queue for
@@ -53,6 +55,7 @@ COMPILED_MODULES = (
     "request",
     "runner",
     "scheduler",
+    "sglang_scheduler",  # subclasses the compiled Scheduler: compiled with it
     "steptime",
 )
 _HERE = Path(__file__).parent

@@ -83,10 +83,6 @@ class BlockPool:
         """vLLM's KV-cache usage: 1 - free / usable (cached free blocks count as free)."""
         return 1.0 - self.num_free_blocks / (self.num_blocks - 1)
 
-    def cached_blocks(self) -> dict[int, int]:
-        """The prefix-cache map, block hash -> block id."""
-        return {h: b for h, b in enumerate(self.cached) if b != NULL_BLOCK}
-
     def reserve_hashes(self, num_hashes: int) -> None:
         """Room in the prefix-cache map for content ids up to `num_hashes`."""
         missing = num_hashes + 1 - len(self.cached)

@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from kvwise.core.catalog import load_model
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import VllmFlags, add_vllm_flags, flags_from_args
 from kvwise.core.gpus import GpuSpec, resolve_gpu
 from kvwise.core.models import ModelSpec
@@ -18,6 +19,7 @@ from kvwise.errors import UsageError
 from kvwise.sim.deploy import Deployment, deployment
 from kvwise.sim.report import Run, print_report, simulation_json
 from kvwise.sim.runner import SimResult, simulate
+from kvwise.sim.topology_flags import add_topology_flags, replica_topology
 from kvwise.sim.workload_flags import add_trimming_flag, add_workload_flags, spec_from_args
 from kvwise.sim.workloads import (
     WORKLOAD_KINDS,
@@ -30,15 +32,8 @@ from kvwise.sim.workloads import (
 PROGRESS_ABOVE_REQUESTS = 2000  # show a progress bar for runs this long (on a terminal)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so the dispatcher prints one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="kvwise simulate",
         description="How a workload behaves on a vLLM deployment: latency, throughput, KV use, preemptions.",
         epilog='Compare configurations: --compare "--max-num-seqs 32" "--kv-cache-dtype fp8"',
@@ -50,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_vllm_flags(parser)
     add_workload_flags(parser, default_kind=None)
     add_trimming_flag(parser)
+    add_topology_flags(parser.add_argument_group("nodes and links (tensor / pipeline parallel)"))
     parser.add_argument(
         "--seed", type=int, default=0, help="workload seed (same seed, same result)"
     )
@@ -61,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--plot", metavar="FILE", help="charts: FILE.html (self-contained) or FILE.png (matplotlib)"
+        "--plot", metavar="FILE", help="charts: FILE.html (self-contained inline SVG)"
     )
     parser.add_argument(
         "--compare",
@@ -84,7 +80,7 @@ def _gpu(args: argparse.Namespace) -> GpuSpec:
 
 
 def _compare_flags(base: VllmFlags, text: str) -> VllmFlags:
-    parser = _Parser(prog="--compare", add_help=False)
+    parser = CommandParser(prog="--compare", add_help=False)
     add_vllm_flags(parser)
     try:
         args = parser.parse_args(shlex.split(text))
@@ -140,7 +136,10 @@ def _deployed(
     workload: Workload,
 ) -> Deployment:
     """The deployment with the history trimming of kvwise's gateway, as `plan --workload` has."""
-    dep = deployment(model, gpu, flags, vllm_version=args.vllm_version, label=label)
+    topology = replica_topology(args, flags)
+    dep = deployment(
+        model, gpu, flags, vllm_version=args.vllm_version, label=label, topology=topology
+    )
     budget = history_budget_tokens(
         workload, dep.plan.flags.max_model_len, trim_history=args.trim_history
     )

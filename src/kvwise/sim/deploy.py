@@ -18,6 +18,7 @@ from kvwise.planner.defaults import parse_version
 from kvwise.sim.calibrated import user_calibration
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.engine import EngineConfig
+from kvwise.sim.interconnect import CommCost, Topology, comm_cost
 from kvwise.sim.runner import SimConfig
 from kvwise.sim.steptime import StepTimeCoefficients, step_cost
 
@@ -57,11 +58,13 @@ def deployment(
     num_gpu_blocks: int | None = None,
     num_scheduler_steps: int = 1,
     label: str = "",
+    topology: Topology | None = None,
 ) -> Deployment:
     """The replica vLLM would start with these flags; InvalidFlagError if it would not start.
 
     `num_gpu_blocks` replaces the planner's KV pool when the real one is known (a vLLM log).
     `num_scheduler_steps` is V0's multi-step scheduling (`--num-scheduler-steps`, 0.5-0.7).
+    `topology`: the nodes and links the replica runs on (None: one node, the card's own link).
     """
     result = plan(model, gpu, flags, vllm_version=vllm_version)
     if result.error is not None and num_gpu_blocks is None:
@@ -88,6 +91,9 @@ def deployment(
         kv_bytes_per_token=result.kv.bytes_per_token * resolved.pipeline_parallel_size,
         tensor_parallel_size=resolved.tensor_parallel_size,
         use_fp8_compute=_uses_fp8_compute(model, gpu),
+        comm=_comm(
+            model, gpu, resolved.tensor_parallel_size, resolved.pipeline_parallel_size, topology
+        ),
     )
     chosen, note = _coefficients(model, gpu, resolved.tensor_parallel_size, coefficients)
     if resolved.enforce_eager:
@@ -96,6 +102,12 @@ def deployment(
         chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
     config = SimConfig(engine, cost, chosen, label)
     return Deployment(config, result, note)
+
+
+def _comm(
+    model: ModelSpec, gpu: GpuSpec, tp: int, pp: int, topology: Topology | None
+) -> CommCost | None:
+    return None if topology is None else comm_cost(model, gpu, topology, tp, pp)
 
 
 def _coefficients(

@@ -47,12 +47,16 @@ class EngineConfig:
     reserve_full_isl: bool = True
     is_v0: bool = False
     num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
+    # "sglang": SGLang's scheduler (sglang_scheduler.py) over the same pool, with one-token blocks
+    scheduler: str = "vllm"
+    schedule_policy: str = "fcfs"  # SGLang's --schedule-policy (lpm or fcfs)
 
     def __post_init__(self) -> None:
         # vLLM refuses to start unless one request of max_model_len fits the pool (less the
-        # null block); without that a lone request could wait forever
+        # null block); without that a lone request could wait forever (SGLang starts and caps
+        # the prompt at the pool instead)
         usable_tokens = (self.num_gpu_blocks - 1) * self.block_size
-        if usable_tokens < self.max_model_len:
+        if usable_tokens < self.max_model_len and self.scheduler == "vllm":
             raise ValueError(
                 f"a KV pool of {usable_tokens} tokens cannot hold one max_model_len "
                 f"({self.max_model_len}) request; vLLM would not start"
@@ -70,6 +74,14 @@ class EngineConfig:
         )
 
 
+def _make_scheduler(config: EngineConfig, kv_cache: KVCacheManager) -> Scheduler:
+    if config.scheduler == "sglang":
+        from kvwise.sim.sglang_scheduler import SglangScheduler
+
+        return SglangScheduler(config.scheduler_config(), kv_cache, config.schedule_policy)
+    return Scheduler(config.scheduler_config(), kv_cache)
+
+
 class Engine:
     def __init__(
         self,
@@ -83,14 +95,15 @@ class Engine:
         self.config = config
         self.weights = weights
         self.on_done = on_done  # called once per request: finished or rejected
-        self.fast = fast and not config.is_v0
+        # the fast paths replay vLLM's running loop: SGLang's step takes the reference path
+        self.fast = fast and not config.is_v0 and config.scheduler == "vllm"
         self.kv_cache = KVCacheManager(
             config.num_gpu_blocks,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
             max_model_len=config.max_model_len,
         )
-        self.scheduler = Scheduler(config.scheduler_config(), self.kv_cache)
+        self.scheduler = _make_scheduler(config, self.kv_cache)
         self.step_end_s = array("d")
         self.cohort = DecodeCohort(self.kv_cache, self.step_end_s)
         self.scheduler.before_preempt = self._before_preempt

@@ -101,9 +101,6 @@ class Scheduler:
         request.status = Status.WAITING
         self.waiting.append(request)
 
-    def has_work(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
-
     # -- one step -------------------------------------------------------------------------
 
     def schedule(self) -> StepPlan:

@@ -23,7 +23,8 @@ or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
 
 The engine evaluates a step through `StepWeights`, the same terms folded per token count:
 (tokens, prefill attention pairs, decode context tokens, requests). Same inputs, same float
-operations, same result.
+operations, same result; plus the links of a multi-node or non-default interconnect
+(`StepCost.comm_*`, from `interconnect.comm_cost`), which are physics, not fitted.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dataclasses import asdict, dataclass
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.core.weights import active_params
+from kvwise.sim.interconnect import CommCost
 
 BASIS_NAMES = (
     "weight_read",
@@ -72,24 +74,8 @@ class StepTimeCoefficients:
     api_overhead_s: float = 10e-3
     frontend_request_s: float = 0.0
 
-    def front_end_vector(self) -> tuple[float, float]:
-        return (self.api_overhead_s, self.frontend_request_s)
-
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
-
-    @classmethod
-    def from_vector(
-        cls,
-        values: tuple[float, ...] | list[float],
-        api_overhead_s: float,
-        frontend_request_s: float = 0.0,
-    ) -> StepTimeCoefficients:
-        return cls(
-            **dict(zip(BASIS_NAMES, values, strict=False)),
-            api_overhead_s=api_overhead_s,
-            frontend_request_s=frontend_request_s,
-        )
 
     def to_json(self) -> dict[str, float]:
         return asdict(self)
@@ -106,6 +92,9 @@ class StepCost:
     allreduce_s_per_token: float  # all-reduce bytes per token / interconnect (0 at TP 1)
     allreduce_calls: int  # all-reduces per step (0 at TP 1)
     num_layers: int
+    # links beyond the card's own (`interconnect.comm_cost`): physics, not fitted
+    comm_fixed_s: float = 0.0  # per step: slower-link all-reduce latency, pipeline hops
+    comm_s_per_token: float = 0.0  # per token: activations across pipeline stage boundaries
 
 
 def step_cost(
@@ -116,7 +105,9 @@ def step_cost(
     kv_bytes_per_token: int,
     tensor_parallel_size: int = 1,
     use_fp8_compute: bool = False,
+    comm: CommCost | None = None,
 ) -> StepCost:
+    """`comm`: the replica's links (kvwise.sim.interconnect); None: TP over the card's own."""
     tp = tensor_parallel_size
     peak_flops = gpu.fp8_flops if use_fp8_compute and gpu.fp8_flops else gpu.bf16_flops
     bandwidth = gpu.bandwidth_bytes_s
@@ -133,16 +124,17 @@ def step_cost(
     allreduce_bytes_per_token = (
         2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
     )
+    link_bytes_s = comm.allreduce_bytes_s if comm is not None else gpu.interconnect_bytes_s
     return StepCost(
         weight_read_s=weight_bytes_per_rank / bandwidth,
         kv_read_s_per_token=kv_bytes_per_token / bandwidth,
         linear_s_per_token=2 * active_params(model) / tp / peak_flops,
         attention_s_per_pair=attention_flops_per_pair / peak_flops,
-        allreduce_s_per_token=allreduce_bytes_per_token / gpu.interconnect_bytes_s
-        if tp > 1
-        else 0.0,
+        allreduce_s_per_token=allreduce_bytes_per_token / link_bytes_s if tp > 1 else 0.0,
         allreduce_calls=2 * model.num_layers if tp > 1 else 0,
         num_layers=model.num_layers,
+        comm_fixed_s=comm.fixed_s if comm is not None else 0.0,
+        comm_s_per_token=comm.s_per_token if comm is not None else 0.0,
     )
 
 
@@ -208,8 +200,9 @@ def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
         base_s=c.weight_read * cost.weight_read_s
         + c.allreduce_call_s * cost.allreduce_calls
         + c.step_overhead_s
-        + c.layer_overhead_s * cost.num_layers,
-        token_s=c.allreduce * cost.allreduce_s_per_token,
+        + c.layer_overhead_s * cost.num_layers
+        + cost.comm_fixed_s,
+        token_s=c.allreduce * cost.allreduce_s_per_token + cost.comm_s_per_token,
         gemm=c.gemm_compute,
         gemm_token_s=cost.linear_s_per_token,
         weight_read_s=cost.weight_read_s,

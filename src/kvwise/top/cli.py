@@ -15,6 +15,7 @@ import time
 
 import httpx
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.errors import UsageError
 from kvwise.top.sources import Source, detect, poll
 
@@ -22,8 +23,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvwise top", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = CommandParser(prog="kvwise top", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("urls", nargs="*", metavar="URL", help=f"default: {DEFAULT_URL}")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     parser.add_argument("--once", action="store_true", help="print one status and exit")

@@ -57,6 +57,11 @@ def release_for(version: str | None) -> SglangRelease:
     raise UsageError(f"--sglang-version {version}: not modelled (families known: {known})")
 
 
+def newest_release() -> str:
+    """The newest release whose source the table was read in (an image tag to pin to)."""
+    return str(_table()["newest_release_read"])
+
+
 def reserve_constants() -> dict[str, Any]:
     return dict(_table()["reserve_formula"])
 

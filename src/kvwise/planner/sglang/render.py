@@ -34,6 +34,23 @@ def sglang_command(result: SglangPlan, flags: VllmFlags, sglang: SglangFlags | N
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def launch_args(result: SglangPlan, flags: VllmFlags) -> list[str]:
+    """Every planned flag, written out (not left to the release's defaults), for `kvwise serve
+    --launch` and `kvwise deploy`; `--enable-metrics` so that the gateway can read the load."""
+    args = [
+        "--mem-fraction-static", str(round(result.mem_fraction_static, 3)),
+        "--context-length", str(result.context_length),
+        "--max-running-requests", str(result.max_running_requests),
+        "--chunked-prefill-size", str(result.chunked_prefill_size),
+        "--cuda-graph-max-bs", str(result.cuda_graph_max_bs),
+    ]  # fmt: skip
+    if result.tp > 1:
+        args += ["--tp", str(result.tp)]
+    if flags.kv_cache_dtype and flags.kv_cache_dtype.startswith("fp8"):
+        args += ["--kv-cache-dtype", "fp8_e4m3"]
+    return [*args, "--enable-metrics"]
+
+
 def _gib(value: int) -> float:
     return round(value / GIB, 3)
 

@@ -1,4 +1,5 @@
-"""Small inline-SVG charts for the HTML report: no network, no JavaScript, no plotting library."""
+"""Small inline-SVG line charts for the HTML reports of `simulate --plot` and `bench`: no network,
+no JavaScript, no plotting library (the base install draws them)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,75 @@
+"""What is left on the device beside vLLM's budget once the KV pool is allocated, per release:
+the room CUDA-graph capture and the sampler warm-up run in. Each test is constructed from the
+arithmetic of vLLM's source at the release named (docs/vllm_rules.md names file and function)."""
+
+from __future__ import annotations
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import GIB, find_gpu
+from kvwise.planner import Plan, plan
+
+QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _plan(model: str, gpu: str, version: str, **flags: object) -> Plan:
+    return plan(load_model(model), find_gpu(gpu), VllmFlags(**flags), vllm_version=version)  # type: ignore[arg-type]
+
+
+def test_global_accounting_keeps_the_cuda_context_inside_the_budget() -> None:
+    # v0.8.5 v1/worker/gpu_worker.py:determine_available_memory: KV = total x util - (torch
+    # peak + (total - free - torch allocated)). "total - free" holds the CUDA context, so the
+    # device holds total x util once the pool is allocated, and graphs and the sampler warm-up
+    # have total x (1 - util): at 0.982 on an 80 GB A100 that is 1.43 GiB, which holds
+    # Qwen2.5-7B's 67 graphs and the warm-up of 256 requests (1.17 GiB). Charging the context
+    # again beside the budget (0.5 GiB) would refuse it.
+    flags = {"gpu_memory_utilization": 0.982, "max_num_seqs": 256, "max_model_len": 8192}
+    early_v1 = _plan(QWEN7, "a100 sxm4 80gb", "0.8.5", **flags)
+    assert early_v1.starts
+    memory = early_v1.memory
+    assert memory.peak_device_bytes == memory.budget_bytes + memory.cuda_graph_bytes
+    assert (memory.total_bytes - memory.budget_bytes) / GIB > 1.4
+
+
+def test_per_instance_accounting_keeps_the_context_beside_the_budget() -> None:
+    # v0.9.1 v1/worker/gpu_worker.py: the budget is total x util of what this instance adds
+    # after its snapshot, taken once its CUDA context exists: the context stays beside it, so
+    # the same set-up at 0.9.1 has 0.5 GiB less room and its graphs no longer all fit.
+    flags = {"gpu_memory_utilization": 0.982, "max_num_seqs": 256, "max_model_len": 8192}
+    per_instance = _plan(QWEN7, "a100 sxm4 80gb", "0.9.1", **flags)
+    assert per_instance.memory.peak_device_bytes > (
+        per_instance.memory.budget_bytes + per_instance.memory.cuda_graph_bytes
+    )
+    assert not per_instance.starts
+
+
+def _llama_on_l4(tp: int, **flags: object) -> Plan:
+    base = {"tensor_parallel_size": tp, "max_model_len": 8192, **flags}
+    return _plan("meta-llama/Llama-3.1-8B-Instruct", "l4", "0.6.5", **base)
+
+
+def test_capture_verdict_at_tp4_on_pcie_is_not_modelled_below_vllms_own_graph_bound() -> None:
+    # custom_all_reduce.py: off beyond two PCIe-only GPUs, so NCCL carries the all-reduces
+    # captured in the graphs; 0.9 of an L4 leaves 1.7 GiB beside the budget, under the
+    # "additional 1~3 GiB memory per GPU" of V0's model_runner.py:capture_model
+    nccl = _llama_on_l4(4, gpu_memory_utilization=0.9)
+    assert not nccl.starts and nccl.error is None
+    assert nccl.verdict_not_modelled is not None
+    assert nccl.verdict_not_modelled.startswith("not modelled: CUDA-graph capture at TP 4")
+    assert nccl.kv.tokens > 0  # the KV pool before capture is still planned
+    assert nccl.to_json()["verdict_not_modelled"] == nccl.verdict_not_modelled
+
+
+def test_capture_verdict_stands_where_nccl_is_not_in_the_graphs_or_room_covers_the_bound() -> None:
+    assert _llama_on_l4(2, gpu_memory_utilization=0.9).starts  # two PCIe GPUs: custom all-reduce
+    assert _llama_on_l4(4, gpu_memory_utilization=0.9, enforce_eager=True).starts  # no graphs
+    assert _llama_on_l4(4, gpu_memory_utilization=0.8).starts  # 3.9 GiB beside the budget
+
+
+def test_two_geforce_cards_without_p2p_keep_a_verdict() -> None:
+    # two RTX 4090s (no P2P: NCCL carries the captured all-reduces) at vLLM's default 0.92 leave
+    # under 2 GiB beside the budget; such pairs start in public logs (the in-sample vllm#28228:
+    # 2x RTX 3090 at 0.95), so the plan answers "starts", not "not modelled"
+    pair = _plan("Qwen/Qwen2.5-7B-Instruct", "rtx4090", "0.33.0", tensor_parallel_size=2)
+    assert pair.verdict_not_modelled is None
+    assert pair.starts
