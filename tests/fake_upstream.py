@@ -137,7 +137,9 @@ class FakeUpstream:
         self.num_running += 1
         self.peak_running = max(self.peak_running, self.num_running)
         try:
-            num_tokens = int(request.get("max_tokens") or 16)  # type: ignore[call-overload]
+            # as vLLM and SGLang (ChatCompletionRequest.to_sampling_params): the newer one wins
+            limit = request.get("max_completion_tokens") or request.get("max_tokens") or 16
+            num_tokens = int(limit)  # type: ignore[call-overload]
             is_chat = path.endswith("chat/completions")
             if request.get("stream"):
                 options = request.get("stream_options")

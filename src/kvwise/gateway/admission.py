@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvwise.gateway.fairqueue import FairQueue, QueueFull
+from kvwise.gateway.fairqueue import FairQueue, QueueFull, QueueShareFull
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.routing import Router
 
@@ -54,6 +54,10 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
+class QueueShareExceeded(Overloaded):
+    """The request's API key already has its share of the queue (keys file `queue_share`)."""
+
+
 @dataclass(frozen=True)
 class Ticket:
     """What admission needs to know about a request."""
@@ -62,6 +66,10 @@ class Ticket:
     affinity_key: str  # session id or system-prompt prefix, for the router
     cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
     num_seqs: int = 1  # sequences vLLM runs for it: n choices x prompts
+    group: str | None = None  # the fair queue's group: the API key (None: the flow itself)
+    queue_share: float | None = None  # at most this share of the queue for the group
+    weight: float = 1.0  # the group's share of KV tokens served, relative to others
+    prompt_tokens: int = 0  # of cost_tokens, the prompts' (upper bound, all sequences)
 
 
 @dataclass
@@ -103,6 +111,7 @@ class Admission:
         if len(self.queue) == 0:
             lease = self._try_reserve(ticket, exclude)
             if lease is not None:
+                self.queue.serve_now(ticket.flow, ticket.cost_tokens, ticket.group, ticket.weight)
                 return lease
         return await self._wait_in_queue(ticket, exclude)
 
@@ -110,7 +119,14 @@ class Admission:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(ticket, exclude, loop.create_future())
         try:
-            entry, pushed_out = self.queue.push(ticket.flow, ticket.cost_tokens, waiter)
+            entry, pushed_out = self.queue.push(
+                ticket.flow, ticket.cost_tokens, waiter, ticket.group,
+                self._max_group_queued(ticket), ticket.weight,
+            )  # fmt: skip
+        except QueueShareFull:
+            self.num_rejected += 1
+            reason = "queue full for this API key: it has its share of the queue waiting"
+            raise QueueShareExceeded(reason, self.retry_after_s()) from None
         except QueueFull:
             self.num_rejected += 1
             raise Overloaded("queue full", self.retry_after_s()) from None
@@ -128,10 +144,31 @@ class Admission:
             self.queue.cancel(entry)
             if waiter.future.done() and not waiter.future.cancelled():
                 waiter.future.result().release()  # granted just as we gave up: hand it back
+                self.refund(ticket)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             self.num_rejected += 1
             raise Overloaded("queue timeout", self.retry_after_s()) from None
+
+    def _max_group_queued(self, ticket: Ticket) -> int | None:
+        if ticket.queue_share is None:
+            return None
+        return max(1, math.floor(ticket.queue_share * self.config.max_queue))
+
+    def refund(self, ticket: Ticket) -> None:
+        """A grant not used (failover admits it again elsewhere; a waiter gone as it was
+        granted): charged once per request, not per grant."""
+        self.finish(ticket, 0)
+
+    def finish(self, ticket: Ticket, served_tokens: int | None) -> None:
+        """The request is done, having held `served_tokens` of KV (prompt + generated; None:
+        not known, the reservation stays charged): the fair queue charged the reservation when
+        the request left it, and is corrected now."""
+        group = ticket.group or ticket.flow
+        refund = ticket.cost_tokens - served_tokens if served_tokens is not None else 0
+        if refund > 0:
+            self.queue.charge(group, ticket.flow, -refund, ticket.weight)
+        self.queue.finished(group)
 
     def _on_queued(self) -> None:
         """A request joined the queue (a shared store polls for room from here on)."""

@@ -102,6 +102,7 @@ class SharedAdmission(Admission):
         if len(self.queue) == 0:
             lease = await self._reserve_somewhere(ticket, exclude)
             if lease is not None:
+                self.queue.serve_now(ticket.flow, ticket.cost_tokens, ticket.group, ticket.weight)
                 return lease
         return await self._wait_in_queue(ticket, exclude)
 
@@ -263,6 +264,7 @@ class SharedAdmission(Admission):
                 self.queue.pop()
             else:  # a request that goes before it arrived meanwhile: it goes next
                 self.queue.cancel(entry)
+                self.queue.serve_now(entry.flow, entry.cost_tokens, entry.group, entry.weight)
             waiter.future.set_result(lease)
 
     def _fail_queued(self, exc: Exception) -> None:

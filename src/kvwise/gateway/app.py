@@ -14,7 +14,8 @@ import contextlib
 import gc
 import logging
 import math
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
 from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.internal_error import internal_error
+from kvwise.gateway.keys_file import KeyEntry
 from kvwise.gateway.launcher import Supervisor
 from kvwise.gateway.membership import Membership, MembershipConfig
 from kvwise.gateway.metrics import GatewayMetrics, Gauge
@@ -48,6 +50,7 @@ from kvwise.gateway.security import (
 )
 from kvwise.gateway.sessions import SessionStore, open_store, store_unavailable
 from kvwise.gateway.status import StatusBoard
+from kvwise.gateway.tenants import TenantLimits, tenant_series
 from kvwise.gateway.tokens import load_tokenizer
 from kvwise.gateway.ui import asset, page
 from kvwise.gateway.upstream_http import UpstreamClient, UpstreamConnectionError, UpstreamTimeout
@@ -75,9 +78,12 @@ class Gateway:
         )
         rps = config.security.rate_limit_rps
         self.rate_limiter = RateLimiter(rps, config.security.rate_limit_burst) if rps else None
+        self.tenants = TenantLimits()
         self.store: SessionStore | None = None
         self.num_sessions = 0
         self.metrics = GatewayMetrics(self)
+        for series in tenant_series(self.tenants):
+            self.metrics.registry.add(series)
         self.upstream_headers = {"content-type": "application/json"}
         if config.upstream_api_key:
             self.upstream_headers["authorization"] = f"Bearer {config.upstream_api_key}"
@@ -98,6 +104,7 @@ class Gateway:
         if self.config.sessions is not None:
             self.store = open_store(self.config.sessions.store, self.config.sessions.caps)
         await self.admission.start()
+        _on_sighup(lambda: self.reload_keys(force=True))
         await self.check_replicas()
         self._health_task = asyncio.create_task(self._health_loop())
 
@@ -118,9 +125,9 @@ class Gateway:
         address = _address(scope)
         caller = Caller(OPEN_TENANT, address)
         if self.api_keys.is_required:
-            key = self._check_key(self.api_keys, scope, address)
-            tenant = tenant_of_key(key)
-            caller = Caller(tenant, tenant)
+            entry = self._check_key(self.api_keys, scope, address)
+            tenant = tenant_of_key(entry.key)
+            caller = Caller(tenant, tenant, entry.name, entry.limits)
         if self.rate_limiter is not None:
             wait_s = self.rate_limiter.try_take(caller.flow)
             if wait_s > 0:
@@ -140,7 +147,7 @@ class Gateway:
         self._check_key(self.admin_keys, scope, _address(scope))
         return True
 
-    def _check_key(self, keys: ApiKeys, scope: Scope, address: str) -> str:
+    def _check_key(self, keys: ApiKeys, scope: Scope, address: str) -> KeyEntry:
         """The key sent, if listed; an address out of attempts is not even checked (429)."""
         wait_s = self.auth_failures.wait_s(address)
         if wait_s > 0:
@@ -179,19 +186,21 @@ class Gateway:
             raise store_unavailable("the turn was not stored; send it again") from None
 
     async def check_replicas(self) -> None:
-        self._reload_keys()
+        self.reload_keys()
         await self.membership.tick()  # replicas found, joined, drained since the last tick
         await asyncio.gather(*(self._check(r) for r in self.replicas))
         if self.store is not None:
             await self._count_sessions(self.store)
         self.admission.dispatch()  # a replica back, or load gone down: queued requests may go
 
-    def _reload_keys(self) -> None:
-        """A keys file edited since the last tick is read again: keys added or revoked within
-        a health interval, no restart. An unreadable file keeps the keys in force."""
+    def reload_keys(self, force: bool = False) -> None:
+        """A keys file edited since the last tick (or on SIGHUP, `force`) is read again: keys
+        added, revoked or given new limits, no restart. A file that cannot be read or is not
+        valid keeps the keys in force."""
         try:
-            if self.api_keys.reload():
-                log.warning("API keys file read again: the new key list is in force")
+            if self.api_keys.reload(force):
+                names = ", ".join(self.api_keys.names) or "none"
+                log.warning("keys file read again: keys in force: %s", names)
         except UsageError as exc:
             log.warning("%s; the keys in force stay", exc)
 
@@ -246,6 +255,13 @@ class Gateway:
                 await self.check_replicas()
             except Exception:  # the loop must outlive any one bad tick
                 log.exception("health check failed")
+
+
+def _on_sighup(callback: Callable[[], None]) -> None:
+    """`kill -HUP` reads the keys file at once (as nginx and sshd read their configuration);
+    only the main thread's event loop can take signals (not a gateway started in a test)."""
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError, AttributeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
 
 
 def _membership_config(config: GatewayConfig) -> MembershipConfig:

@@ -152,7 +152,11 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     security.add_argument(
         "--api-key", action="append", default=[], help="accepted key (repeatable)"
     )
-    security.add_argument("--api-keys-file", type=Path, help="one accepted key per line")
+    security.add_argument(
+        "--keys-file", "--api-keys-file", dest="api_keys_file", type=Path,
+        help="YAML: keys with names and per-key limits (rate, concurrency, queue share, weight), "
+        "or one key per line; read again when it changes and on SIGHUP",
+    )  # fmt: skip
     security.add_argument(
         "--admin-key", action="append", default=[],
         help="key for /metrics and /health's replica details (repeatable; without one, /metrics "
@@ -238,8 +242,6 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:
-    if args.api_keys_file:
-        read_keys_file(args.api_keys_file)  # unreadable: one line and exit 2, now
     return SecurityConfig(
         tuple(args.api_key),
         args.max_body_bytes,
@@ -406,6 +408,8 @@ def run(argv: list[str]) -> int:
         "health_failures",
         "dns_interval",
     )
+    if args.api_keys_file:
+        read_keys_file(args.api_keys_file)  # a bad keys file: one line and exit 2, before all else
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

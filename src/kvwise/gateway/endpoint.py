@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from kvwise.gateway import internal_error, sse
-from kvwise.gateway.admission import Lease, NoReplica, Overloaded
+from kvwise.gateway.admission import Lease, NoReplica, Overloaded, QueueShareExceeded
 from kvwise.gateway.asgi import (
     ClientGone,
     HttpError,
@@ -60,6 +60,21 @@ class CompletionsEndpoint:
         gateway = self.gateway
         try:
             caller = gateway.authorize(scope)
+            gateway.tenants.enter(caller)  # the key's rate and concurrency limits
+        except HttpError as exc:
+            gateway.count_response(exc.status)
+            await send_error(send, exc)
+            return
+        try:
+            await self._serve(scope, receive, send, caller, started_s)
+        finally:
+            gateway.tenants.leave(caller)
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, caller: Caller, started_s: float
+    ) -> None:
+        gateway = self.gateway
+        try:
             raw = await read_body(scope, receive, gateway.config.security.max_body_bytes)
             prepared = await self.prepare(
                 gateway.prepare_context, raw, header(scope, b"x-session-id"), caller
@@ -78,7 +93,7 @@ class CompletionsEndpoint:
             error = internal_error.internal_error(gateway, scope, exc)
             await internal_error.answer(send, error, has_started_response=False)
             return
-        exchange = Exchange(gateway, prepared, send, started_s)
+        exchange = Exchange(gateway, prepared, send, started_s, caller.name)
         exchange.upstream_headers = forwarded_headers(scope, gateway.upstream_headers)
         try:
             await self._run(exchange, receive)
@@ -121,8 +136,12 @@ def _uncancel(task: asyncio.Task[Any]) -> None:
 class Exchange:
     """One admitted request and its (possibly replaced) upstream."""
 
-    def __init__(self, gateway: Gateway, prepared: Prepared, send: Send, started_s: float) -> None:
+    def __init__(
+        self, gateway: Gateway, prepared: Prepared, send: Send, started_s: float, key_name: str
+    ) -> None:
         self.gateway = gateway
+        self.key_name = key_name  # the API key's name, for per-key metrics
+        self.generated_tokens: int | None = None  # as the reply shows, once it is complete
         self.prepared = prepared
         self.send = send
         self.started_s = started_s
@@ -147,6 +166,10 @@ class Exchange:
             self.lease = await self.gateway.admission.acquire(self.prepared.ticket)
             self.queue_wait_s = time.perf_counter() - asked_s
         except Overloaded as exc:
+            is_share = isinstance(exc, QueueShareExceeded)
+            self.gateway.tenants.count(
+                self.key_name, "queue_share_limited" if is_share else "queue_full"
+            )
             retry_after = {"retry-after": str(exc.retry_after_s)}
             message = f"server busy ({exc.reason}); retry later"
             await self._fail(HttpError(429, message, "rate_limit_exceeded", headers=retry_after))
@@ -158,6 +181,7 @@ class Exchange:
             error = HttpError(503, message, "service_unavailable", headers=retry_after)
             await self._fail(error)
             return
+        self.gateway.tenants.count(self.key_name, "admitted")
         try:
             if self.prepared.is_stream:
                 await self._relay_stream()
@@ -168,6 +192,18 @@ class Exchange:
         finally:
             self.lease.release()
             self.gateway.admission.record_service_time(time.perf_counter() - self.started_s)
+            self._charge_served()
+
+    def _charge_served(self) -> None:
+        """KV tokens the request held (prompt + generated): the fair queue's correction of the
+        reservation it charged, and the key's count in /metrics. A reply cut short or failed
+        keeps the whole reservation charged."""
+        ticket = self.prepared.ticket
+        served = ticket.cost_tokens
+        if self.generated_tokens is not None:
+            served = min(served, ticket.prompt_tokens + self.generated_tokens)
+        self.gateway.admission.finish(ticket, served if self.generated_tokens is not None else None)
+        self.gateway.tenants.served_kv_tokens[self.key_name] += served
 
     async def _fail(self, error: HttpError) -> None:
         self.gateway.count_response(error.status)
@@ -192,6 +228,7 @@ class Exchange:
             )
         except (Overloaded, NoReplica):
             return False
+        self.gateway.admission.refund(self.prepared.ticket)
         self.gateway.metrics.failovers.inc()
         return True
 
@@ -215,9 +252,12 @@ class Exchange:
         if response.status >= 500:
             message = f"upstream answered {response.status} and no other replica could"
             raise HttpError(502, message, "upstream_error")
-        if response.status == 200 and self.prepared.turn is not None:
-            reply = sse.reply_of_response(json.loads(body))
-            if reply is not None:
+        if response.status == 200:
+            payload = _json_or_none(body)
+            self.generated_tokens = _completion_tokens(payload)
+            is_stored = self.prepared.turn is not None and isinstance(payload, dict)
+            reply = sse.reply_of_response(payload) if is_stored else None
+            if reply is not None and self.prepared.turn is not None:
                 await self.gateway.store_turn(self.prepared.turn, reply)
         self._record_latency(response.status)
         content_type = response.headers.get("content-type", "application/json").encode()
@@ -265,6 +305,20 @@ class Exchange:
             stream.response.close()
 
 
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:  # not JSON (an upstream's own error page): relayed as it is
+        return None
+
+
+def _completion_tokens(payload: Any) -> int | None:
+    """`usage.completion_tokens` of an OpenAI response, when it has one."""
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and tokens >= 0 else None
+
+
 def _is_token_event(event: bytes) -> bool:
     """An event that counts for the token timing metrics (past the first token, without
     parsing it): a JSON chunk, but not the usage-only one that can close a stream."""
@@ -279,6 +333,7 @@ class StreamRelay:
         self.stream = stream
         self.collector = sse.ReplyCollector() if exchange.prepared.turn is not None else None
         self.is_stored = False
+        self.is_complete = False
         self.num_token_events = 0
         self.first_token_s: float | None = None
         self.last_token_s = 0.0
@@ -301,6 +356,7 @@ class StreamRelay:
                 await self._forward([tail])
             if not self.is_stored:  # an upstream that ends its stream without [DONE]
                 await self._store_turn()
+            self.is_complete = True
         except HttpError as exc:  # the turn could not be stored: no [DONE], an error instead
             event = sse.error_event(exc.message, exc.error_type, exc.status)
             await exchange.send({"type": "http.response.body", "body": event, "more_body": True})
@@ -313,6 +369,8 @@ class StreamRelay:
             )
             gateway.metrics.broken_streams.inc()
         await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
+        if self.is_complete:
+            exchange.generated_tokens = self.num_token_events  # one token per chunk and choice
         exchange._record_latency(200)
         self._record_token_times()
 

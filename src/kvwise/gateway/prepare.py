@@ -26,7 +26,7 @@ from kvwise.gateway.config import SessionConfig
 from kvwise.gateway.history import Message, trim_history
 from kvwise.gateway.merge import merge
 from kvwise.gateway.schemas import ChatRequest, CompletionRequest, describe_validation_error
-from kvwise.gateway.security import Caller
+from kvwise.gateway.security import OPEN_TENANT, Caller
 from kvwise.gateway.sessions import SessionStore, store_unavailable
 from kvwise.gateway.tokens import (
     TEMPLATE_TOKENS_FOR_REPLY,
@@ -152,6 +152,13 @@ def identify(ctx: PrepareContext, caller: Caller, session_id: str | None, user: 
     return Identity(None, caller.flow, None)
 
 
+def _fairness(caller: Caller) -> dict[str, Any]:
+    """The fair queue's group: the API key (its sessions share its share), else the flow."""
+    limits = caller.limits
+    group = caller.tenant if caller.tenant != OPEN_TENANT else None
+    return {"group": group, "queue_share": limits.queue_share, "weight": limits.weight}
+
+
 def _affinity(identity: Identity, prefix: str) -> str:
     return identity.affinity or f"prefix:{prefix[:AFFINITY_PREFIX_CHARS]}"
 
@@ -183,6 +190,8 @@ async def prepare_chat(
         affinity_key=_affinity(identity, str(system.get("content")) if system else ""),
         cost_tokens=request.n * sequence_cost(prompt, reply_tokens, ctx.max_model_len),
         num_seqs=request.n,
+        prompt_tokens=request.n * prompt.upper,
+        **_fairness(caller),
     )
     return Prepared("/v1/chat/completions", raw, request.stream, ticket, prompt, turn, headers)
 
@@ -205,6 +214,8 @@ async def prepare_completion(
         cost_tokens=request.n
         * sum(sequence_cost(c, request.max_tokens, ctx.max_model_len) for c in counts),
         num_seqs=request.n * len(counts),
+        prompt_tokens=request.n * sum(c.upper for c in counts),
+        **_fairness(caller),
     )
     total = TokenCount(sum(c.lower for c in counts), sum(c.upper for c in counts))
     return Prepared("/v1/completions", raw, request.stream, ticket, total)

@@ -1,39 +1,35 @@
-"""API keys (constant-time check), per-key rate limits, and the client identity they key on."""
+"""API keys (constant-time check), rate limits, and the client identity they key on."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvwise.errors import UsageError
+from kvwise.gateway.keys_file import KeyEntry, KeyLimits, name_of_unnamed_key, read_keys_file
 
 MAX_TRACKED_CLIENTS = 100_000
 
 
-def read_keys_file(path: Path) -> tuple[str, ...]:
-    """One key per line; blank lines and `#` comments ignored."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read --api-keys-file {path}: {exc.strerror}") from exc
-    return tuple(
-        line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
-    )
-
-
 OPEN_TENANT = "open"  # without API keys every client is one tenant (loopback use)
+OPEN_NAME = "open"
+NO_LIMITS = KeyLimits()
 
 
 @dataclass(frozen=True)
 class Caller:
     """Who sent a request. `tenant` owns sessions (a session id is only ever looked up within
-    its tenant); `flow` is what rate limits and, without a session, fair queuing key on."""
+    its tenant); `flow` is what rate limits and, without a session, fair queuing key on; `name`
+    is the key's name (metrics, logs), `limits` its own limits from the keys file."""
 
     tenant: str  # "key:<digest of the API key>" (no key text kept), or OPEN_TENANT
     flow: str  # the tenant with API keys, else the client's address
+    name: str = OPEN_NAME
+    limits: KeyLimits = NO_LIMITS
 
 
 def tenant_of_key(key: str) -> str:
@@ -41,15 +37,27 @@ def tenant_of_key(key: str) -> str:
     return "key:" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
+# A keys file written in place is briefly empty or cut short; one changed this recently is read
+# at the next check instead (a rename or SIGHUP is read at once: see docs/gateway.md)
+SETTLE_S = 0.5
+
+
+def _is_recent(stat: os.stat_result, settle_s: float) -> bool:
+    return time.time() - stat.st_mtime < settle_s
+
+
 class ApiKeys:
     """The accepted keys: fixed ones (flags) and those of a keys file, which `reload` reads
-    again when the file changes (a key added or revoked without a restart)."""
+    again when the file changes (a key added, revoked or given new limits without a restart)."""
 
-    def __init__(self, keys: tuple[str, ...], keys_file: Path | None = None) -> None:
-        self._fixed = [k.encode() for k in keys]
+    def __init__(
+        self, keys: tuple[str, ...], keys_file: Path | None = None, settle_s: float = SETTLE_S
+    ) -> None:
+        self._settle_s = settle_s
+        self._fixed = [KeyEntry(name_of_unnamed_key(k), k) for k in keys]
         self._file = keys_file
-        self._file_version: tuple[int, int] | None = None
-        self._keys = list(self._fixed)
+        self._file_version: tuple[int, int, int] | None = None
+        self._entries = [(e.key.encode(), e) for e in self._fixed]
         # decided once: a keys file emptied later locks everyone out, it never opens the door
         self._is_required = bool(keys) or keys_file is not None
         if keys_file is not None:
@@ -59,35 +67,47 @@ class ApiKeys:
     def is_required(self) -> bool:
         return self._is_required
 
-    def reload(self) -> bool:
-        """Read the keys file again if it changed since the last read; True when it did.
-        Raises UsageError when it cannot be read (the keys in force stay)."""
+    @property
+    def names(self) -> list[str]:
+        return [entry.name for _, entry in self._entries]
+
+    def reload(self, force: bool = False) -> bool:
+        """Read the keys file again if it changed since the last read (or `force`: SIGHUP);
+        True when the keys in force changed. Raises UsageError when the file cannot be read or
+        is not valid: the keys in force stay."""
         if self._file is None:
             return False
         try:
             stat = self._file.stat()
         except OSError as exc:
-            raise UsageError(f"cannot read --api-keys-file {self._file}: {exc.strerror}") from exc
-        version = (stat.st_mtime_ns, stat.st_size)
-        if version == self._file_version:
+            raise UsageError(f"cannot read keys file {self._file}: {exc.strerror}") from exc
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)  # ino: replaced by a rename
+        if not force and version == self._file_version:
             return False
-        file_keys = read_keys_file(self._file)
-        self._keys = self._fixed + [k.encode() for k in file_keys]
+        if not force and self._is_in_place_edit(version) and _is_recent(stat, self._settle_s):
+            return False  # perhaps half written (an editor saving in place): the next tick
+        entries = [*self._fixed, *read_keys_file(self._file)]
         self._file_version = version
-        return True
+        is_changed = [e for _, e in self._entries] != entries
+        self._entries = [(e.key.encode(), e) for e in entries]
+        return is_changed
 
-    def check(self, authorization: str | None) -> str | None:
-        """The matching key for `Bearer <key>`, or None. Every key is compared, in constant
+    def _is_in_place_edit(self, version: tuple[int, int, int]) -> bool:
+        """The same file changed (a file renamed over it, the usual atomic save, is whole)."""
+        return self._file_version is not None and version[2] == self._file_version[2]
+
+    def check(self, authorization: str | None) -> KeyEntry | None:
+        """The listed key sent as `Bearer <key>`, or None. Every key is compared, in constant
         time each, so the time taken says nothing about which key nearly matched."""
         scheme, _, credentials = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():  # RFC 7235: scheme is caseless
             return None
         offered = credentials.strip().encode()
-        match: bytes | None = None
-        for key in self._keys:
+        match: KeyEntry | None = None
+        for key, entry in self._entries:
             if hmac.compare_digest(offered, key):
-                match = key
-        return match.decode() if match is not None else None
+                match = entry
+        return match
 
 
 @dataclass

@@ -176,9 +176,7 @@ class StatusBoard:
 def top_queued_flows(queue: Any) -> list[dict[str, Any]]:
     """The flows (session, else API key, else address) with the most KV tokens queued.
     In-flight KV is held per replica, not per flow: admission does not keep it by session."""
-    tokens: dict[str, int] = {}
-    for flow, entries in queue._by_flow.items():  # read-only look at the fair queue's index
-        tokens[flow] = sum(e.cost_tokens for e in entries if not e.is_removed)
+    tokens = queue.queued_tokens_by_flow()
     ranked = sorted(tokens.items(), key=lambda item: -item[1])[:NUM_TOP_FLOWS]
     return [{"flow": flow[:48], "queued_tokens": n} for flow, n in ranked if n > 0]
 
