@@ -62,6 +62,7 @@ class Ticket:
     affinity_key: str  # session id or system-prompt prefix, for the router
     cost_tokens: int  # prompt (upper bound) + max_tokens, per sequence, summed
     num_seqs: int = 1  # sequences vLLM runs for it: n choices x prompts
+    prompt_tokens: int | None = None  # upper bound, summed over prompts; None: not counted
 
 
 @dataclass
@@ -138,8 +139,9 @@ class Admission:
 
     def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
         replica = self.router.pick(
-            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs
-        )
+            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs,
+            prompt_tokens=ticket.prompt_tokens, request_id=id(ticket),
+        )  # fmt: skip
         if replica is None:
             return None
         replica.reserve(ticket.cost_tokens, ticket.num_seqs)

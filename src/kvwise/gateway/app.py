@@ -28,6 +28,7 @@ from kvwise.errors import UsageError
 from kvwise.gateway.admission import open_admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
+from kvwise.gateway.cost_routing import make_router
 from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.launcher import Supervisor
@@ -35,7 +36,6 @@ from kvwise.gateway.metrics import GatewayMetrics, Gauge
 from kvwise.gateway.openapi import openapi_document
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
-from kvwise.gateway.routing import Router
 from kvwise.gateway.security import (
     OPEN_TENANT,
     ApiKeys,
@@ -59,7 +59,9 @@ class Gateway:
         self.replicas = [
             Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
         ]
-        self.admission = open_admission(Router(self.replicas), config.admission)
+        self.admission = open_admission(
+            make_router(config.routing, self.replicas), config.admission
+        )
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         keys_file = config.security.api_keys_file
         self.api_keys = ApiKeys(config.security.api_keys, Path(keys_file) if keys_file else None)

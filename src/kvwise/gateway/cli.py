@@ -33,6 +33,7 @@ from kvwise.gateway.config import (
     SessionConfig,
     UpstreamSpec,
 )
+from kvwise.gateway.cost_routing import DEFAULT_ROUTING, ROUTING_POLICIES
 from kvwise.gateway.discovery import Limits, discover_limits, plan_limits
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
 from kvwise.gateway.sessions import SessionCaps
@@ -110,6 +111,11 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--tokenizer", help="tokenizer.json or model folder, for exact prompt counts"
     )
+    gateway.add_argument(
+        "--routing", choices=ROUTING_POLICIES, default=DEFAULT_ROUTING,
+        help="cost: the replica with the least predicted TTFT (queue + uncached prompt); "
+        "affinity: consistent hashing of the session, bounded by load; round-robin",
+    )  # fmt: skip
     security = parser.add_argument_group("security")
     security.add_argument(
         "--api-key", action="append", default=[], help="accepted key (repeatable)"
@@ -304,6 +310,7 @@ def build_config(
         health_timeout_s=args.health_timeout,
         health_failures=args.health_failures,
         stall_timeout_s=args.stall_timeout,
+        routing=args.routing,
     )
 
 

@@ -91,4 +91,5 @@ class GatewayConfig:
     # VLLM_ENGINE_ITERATION_TIMEOUT_S default (vllm/envs.py) for one engine step
     stall_timeout_s: float = 60.0
     is_prompt_logging_enabled: bool = False
+    routing: str = "affinity"  # cost | affinity | round-robin (kvwise.gateway.cost_routing)
     server: ServerLimits = ServerLimits()

@@ -183,6 +183,7 @@ async def prepare_chat(
         affinity_key=_affinity(identity, str(system.get("content")) if system else ""),
         cost_tokens=request.n * sequence_cost(prompt, reply_tokens, ctx.max_model_len),
         num_seqs=request.n,
+        prompt_tokens=prompt.upper,
     )
     return Prepared("/v1/chat/completions", raw, request.stream, ticket, prompt, turn, headers)
 
@@ -205,6 +206,7 @@ async def prepare_completion(
         cost_tokens=request.n
         * sum(sequence_cost(c, request.max_tokens, ctx.max_model_len) for c in counts),
         num_seqs=request.n * len(counts),
+        prompt_tokens=sum(c.upper for c in counts),
     )
     total = TokenCount(sum(c.lower for c in counts), sum(c.upper for c in counts))
     return Prepared("/v1/completions", raw, request.stream, ticket, total)
