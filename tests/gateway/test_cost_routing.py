@@ -3,7 +3,11 @@ alone, fed the first-token times a real engine would give)."""
 
 from __future__ import annotations
 
-from kvwise.gateway.cost_routing import CostRouter, RoundRobinRouter, TtftModel
+import pytest
+
+from kvwise.cli import main
+from kvwise.gateway.cli import build_parser, routing_prior
+from kvwise.gateway.cost_routing import CostRouter, RoundRobinRouter, TtftModel, make_router
 from kvwise.gateway.replicas import EngineLoad, Replica
 
 # a CPU-like engine: a step costs 30 ms whatever it holds, a prompt token 10 us
@@ -103,3 +107,42 @@ def test_round_robin_alternates() -> None:
     router = RoundRobinRouter(replicas(2))
     picks = [router.pick("session:a", 100) for _ in range(4)]
     assert picks == [router.replicas[0], router.replicas[1]] * 2
+
+
+def test_a_session_evicted_from_a_replicas_cache_no_longer_draws_it_there() -> None:
+    """The replica's pool holds 3,000 tokens: two newer 1,500-token sessions push the first out,
+    as vLLM's pool evicts its least recently used blocks."""
+    router = CostRouter(replicas(2, budget=3000), TtftModel(prior=CPU_LIKE))
+    home = route(router, "session:a", 1500, 1)
+    router.first_token(1, 0.05)
+    home.release(1564)
+    other = next(r for r in router.replicas if r is not home)
+    home.reserve(10)  # one sequence decoding there: 1 ms more per step than the other replica
+    assert router.pick("session:a", 1564, prompt_tokens=1500) is home  # 15 ms of prefill saved
+    for key in ("session:b", "session:c"):
+        assert router.pick(key, 1564, exclude=[other], prompt_tokens=1500) is home
+    assert router.pick("session:a", 1564, prompt_tokens=1500) is other
+
+
+def test_an_unknown_policy_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--upstream", "http://127.0.0.1:1", "--routing", "fastest"]) == 2
+    err = capsys.readouterr().err
+    assert "--routing" in err and "cost" in err and "Traceback" not in err
+
+
+def test_with_a_model_and_a_gpu_the_router_starts_from_their_step_model() -> None:
+    def prior(gpu: str) -> tuple[float, float, float] | None:
+        args = build_parser().parse_args(
+            ["Qwen/Qwen2.5-7B-Instruct", "--gpu", gpu, "--routing", "cost",
+             "--max-model-len", "16384"]
+        )  # fmt: skip
+        return routing_prior(args)
+
+    h100, rtx4090 = prior("h100"), prior("rtx4090")
+    assert h100 is not None and rtx4090 is not None
+    # the 4090 reads the weights at 1/3 of the H100's bandwidth, computes at ~1/6 of its FLOP/s
+    assert 2 < rtx4090[0] / h100[0] < 5 and 3 < rtx4090[1] / h100[1] < 10
+    router = make_router("cost", replicas(2), h100)
+    assert isinstance(router, CostRouter) and router.model.coefficients == h100
+    affinity = build_parser().parse_args(["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100"])
+    assert routing_prior(affinity) is None  # the default policy needs no step model

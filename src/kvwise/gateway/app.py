@@ -60,7 +60,7 @@ class Gateway:
             Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
         ]
         self.admission = open_admission(
-            make_router(config.routing, self.replicas), config.admission
+            make_router(config.routing, self.replicas, config.routing_prior), config.admission
         )
         self.tokenizer = load_tokenizer(config.tokenizer_path)
         keys_file = config.security.api_keys_file

@@ -311,7 +311,24 @@ def build_config(
         health_failures=args.health_failures,
         stall_timeout_s=args.stall_timeout,
         routing=args.routing,
+        routing_prior=routing_prior(args),
     )
+
+
+def routing_prior(args: argparse.Namespace) -> tuple[float, float, float] | None:
+    """The cost router's prior from the simulator's step model, for MODEL on --gpu (the user's
+    calibration when there is one); None without both, or for another policy."""
+    if args.routing != "cost" or not args.model or not (args.gpu or args.gpu_memory_gib):
+        return None
+    from kvwise.core.catalog import load_model
+    from kvwise.core.gpus import resolve_gpu
+    from kvwise.gateway.cost_routing import prior_from_step_weights
+    from kvwise.sim.deploy import deployment
+    from kvwise.sim.steptime import step_weights
+
+    gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
+    deployed = deployment(load_model(args.model), gpu, flags_from_args(args))
+    return prior_from_step_weights(step_weights(deployed.config.cost, deployed.config.coefficients))
 
 
 def run(argv: list[str]) -> int:

@@ -92,4 +92,7 @@ class GatewayConfig:
     stall_timeout_s: float = 60.0
     is_prompt_logging_enabled: bool = False
     routing: str = "affinity"  # cost | affinity | round-robin (kvwise.gateway.cost_routing)
+    # the cost router's prior (s/step, s/prefilled token, s/running sequence), from the plan's
+    # step model when MODEL and --gpu are given; None: cost_routing.PRIOR
+    routing_prior: tuple[float, float, float] | None = None
     server: ServerLimits = ServerLimits()

@@ -29,6 +29,7 @@ measured. Each pick is O(replicas); each measurement one 3x3 solve.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -36,18 +37,27 @@ from dataclasses import dataclass, field
 
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.routing import Router
+from kvwise.sim.steptime import StepWeights
+
+log = logging.getLogger("kvwise.gateway")
 
 # Prior step-time coefficients (seconds per step, per prefilled token, per running sequence),
 # used until measurements replace them: kvwise.sim.steptime's default coefficients applied to a
 # 7B bf16 model on one H100 (weight read 15.2 GB / 3.35 TB/s x 1.15 + step_overhead_s 2 ms
 # ~ 7 ms; GEMM 2 x 7.6e9 FLOP / 989e12 FLOP/s x 1.4 ~ 2e-5 s per token; request_overhead_s).
+# `kvwise serve Qwen/Qwen2.5-7B-Instruct --gpu h100 --routing cost` derives (6.4 ms, 16 us,
+# 29 us) from the shipped fit (`prior_from_step_weights`); with no MODEL and --gpu this stands in.
 PRIOR = (7e-3, 2e-5, 20e-6)
+# A decoding sequence's context, for the prior's per-sequence term (its KV read each step) until
+# measurements say what this deployment's are
+PRIOR_CONTEXT_TOKENS = 1024
 # How much the prior counts, in measurements: half of one, so the first few first tokens
 # already move the coefficients they exercise (the prior may be off by 10x on a CPU engine).
 PRIOR_WEIGHT = 0.5
 # Forgetting: a measurement's weight halves after this many newer ones (the engine's speed
 # drifts with its load and, on a shared machine, with its neighbours').
 HALF_LIFE_MEASUREMENTS = 256
+LOG_EVERY = 16  # measurements between two log lines of the fitted coefficients
 MAX_ROUTES = 8192  # routed requests awaiting their first token, at most (older ones forgotten)
 
 
@@ -123,6 +133,18 @@ class TtftModel:
             max(0.0, solution[1]) * self.prior[1],
             max(0.0, solution[2]) * self.prior[2],
         )
+
+
+def prior_from_step_weights(weights: StepWeights) -> tuple[float, float, float]:
+    """The prior from the simulator's step model for the deployment (`kvwise.sim.deploy`: the
+    user's calibration for the GPU and model, else the shipped coefficients for the GPU):
+    a step with one request; a prefilled token past the roofline ridge (compute-bound, as a
+    prompt of hundreds of tokens is); a decoding sequence's request overhead and KV read."""
+    return (
+        weights.base_s + weights.request_s,
+        weights.token_s + weights.gemm * weights.gemm_token_s,
+        weights.request_s + weights.token_s + weights.context_token_s * PRIOR_CONTEXT_TOKENS,
+    )
 
 
 class CostRouter(Router):
@@ -214,6 +236,13 @@ class CostRouter(Router):
             return
         self._settle(route)
         self.model.measure(route.terms, ttft_s)
+        if self.model.num_measurements % LOG_EVERY == 1:
+            step_s, token_s, seq_s = self.model.coefficients
+            log.info(
+                "cost routing: TTFT = %.2f ms/step + %.2f us/prefilled token + %.3f ms/running "
+                "sequence (%d first tokens measured)",
+                step_s * 1e3, token_s * 1e6, seq_s * 1e3, self.model.num_measurements,
+            )  # fmt: skip
 
     def done(self, request_id: int) -> None:
         """The request ended (or moved) before its first token: it no longer queues there."""
@@ -251,9 +280,14 @@ ROUTING_POLICIES = ("cost", "affinity", "round-robin")
 DEFAULT_ROUTING = "affinity"
 
 
-def make_router(policy: str, replicas: Sequence[Replica]) -> Router:
+def make_router(
+    policy: str,
+    replicas: Sequence[Replica],
+    prior: tuple[float, float, float] | None = None,
+) -> Router:
+    """The router for `--routing`; `prior`: the cost router's starting step-time terms."""
     if policy == "cost":
-        return CostRouter(replicas)
+        return CostRouter(replicas, TtftModel(prior or PRIOR))
     if policy == "round-robin":
         return RoundRobinRouter(replicas)
     if policy == "affinity":
