@@ -94,9 +94,12 @@ def start_engines(log_dir: Path) -> list[EngineProcess]:
     return engines
 
 
-def wait_http(url: str, timeout_s: float = 120) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}:\n{tail}")
         try:
             if httpx.get(url, timeout=2).status_code < 500:
                 return
@@ -110,7 +113,9 @@ def start_front(policy: str, urls: list[str], log: Path) -> tuple[subprocess.Pop
     port = free_port()
     if policy.startswith("vllm-router"):
         router = shutil.which("vllm-router") or str(Path(sys.executable).parent / "vllm-router")
+        # its Prometheus exporter gets a free port too (default 29000: one router per machine)
         command = [router, "--host", "127.0.0.1", "--port", str(port), "--policy", "cache_aware",
+                   "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
                    "--worker-urls", *urls]  # fmt: skip
         health = f"http://127.0.0.1:{port}/health"
     else:
@@ -122,7 +127,7 @@ def start_front(policy: str, urls: list[str], log: Path) -> tuple[subprocess.Pop
         health = f"http://127.0.0.1:{port}/health"
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    wait_http(health)
+    wait_http(health, proc, log)
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -165,19 +170,29 @@ def run_policy(
 
 
 def table(results: dict[str, list[dict[str, object]]]) -> list[str]:
+    """Medians over rounds, and each policy's TTFT mean over round robin's in the same round
+    (the median of the per-round ratios: rounds differ by what else loads the machine)."""
+    baseline = results.get("kvwise round-robin")
     lines = [
-        f"{'policy':<26}{'hit rate':>9}{'TTFT mean':>11}{'TTFT p50':>10}  requests per replica",
+        f"{'policy':<26}{'hit rate':>9}{'TTFT mean':>11}{'TTFT p50':>10}{'mean/RR':>9}"
+        "  requests per replica, per round"
     ]
     for policy, runs in results.items():
 
         def med(key: str, runs: list[dict[str, object]] = runs) -> float:
             return statistics.median(float(r[key]) for r in runs)  # type: ignore[arg-type]
 
+        ratio = float("nan")
+        if baseline:
+            ratio = statistics.median(
+                float(r["ttft_mean_s"]) / float(b["ttft_mean_s"])  # type: ignore[arg-type]
+                for r, b in zip(runs, baseline, strict=True)
+            )
         splits = " ".join("/".join(map(str, r["per_replica"])) for r in runs)  # type: ignore[call-overload]
         failed = sum(int(r["failed"]) for r in runs)  # type: ignore[call-overload]
         lines.append(
             f"{policy:<26}{med('hit_rate'):>9.3f}{med('ttft_mean_s') * 1000:>9.0f}ms"
-            f"{med('ttft_p50_s') * 1000:>8.0f}ms  {splits}"
+            f"{med('ttft_p50_s') * 1000:>8.0f}ms{ratio:>9.2f}  {splits}"
             + (f"  ({failed} failed)" if failed else "")
         )
     return lines

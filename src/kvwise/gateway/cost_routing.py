@@ -57,7 +57,7 @@ PRIOR_WEIGHT = 0.5
 # Forgetting: a measurement's weight halves after this many newer ones (the engine's speed
 # drifts with its load and, on a shared machine, with its neighbours').
 HALF_LIFE_MEASUREMENTS = 256
-LOG_EVERY = 16  # measurements between two log lines of the fitted coefficients
+LOG_EVERY = 256  # measurements between two log lines of the fitted coefficients
 MAX_ROUTES = 8192  # routed requests awaiting their first token, at most (older ones forgotten)
 
 
