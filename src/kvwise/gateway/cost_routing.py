@@ -277,7 +277,7 @@ class RoundRobinRouter(Router):
 
 
 ROUTING_POLICIES = ("cost", "affinity", "round-robin")
-DEFAULT_ROUTING = "affinity"
+DEFAULT_ROUTING = "cost"
 
 
 def make_router(
