@@ -150,3 +150,17 @@ def test_with_a_model_and_a_gpu_the_router_starts_from_their_step_model() -> Non
     assert routing_prior(affinity) is None  # consistent hashing needs no step model
     default = build_parser().parse_args(["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100"])
     assert routing_prior(default) == h100  # cost routing is the default
+
+
+def test_a_request_routed_again_is_queued_once() -> None:
+    """A lease refused by the shared store, or a failover, routes the same request again: it
+    is not counted twice ahead of the requests that follow, nor left where it was."""
+    router = CostRouter(replicas(2), TtftModel(prior=CPU_LIKE))
+    first = router.pick("session:a", 1064, prompt_tokens=1000, request_id=1)
+    again = router.pick("session:a", 1064, prompt_tokens=1000, request_id=1)
+    assert first is not None and again is first
+    assert (router.state(first).pending_prefills, router.state(first).pending_tokens) == (1, 1000)
+    moved = router.pick("session:a", 1064, exclude=[first], prompt_tokens=1000, request_id=1)
+    assert moved is not None and moved is not first
+    assert (router.state(first).pending_prefills, router.state(first).pending_tokens) == (0, 0)
+    assert (router.state(moved).pending_prefills, router.state(moved).pending_tokens) == (1, 1000)

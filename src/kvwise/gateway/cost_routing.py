@@ -16,7 +16,7 @@ and 8 sessions hashed onto 2 replicas queued behind each other).
 
 What a replica holds in its prefix cache: the gateway's own record of what it sent there, one
 entry per affinity key (session, end user or system prompt) holding the prompt tokens of the
-last request, evicted least recently used once their sum passes the replica's KV pool, as
+last request prefilled there (at its first token, or its end for a whole reply), evicted least recently used once their sum passes the replica's KV pool, as
 vLLM's block pool evicts freed blocks least recently used (vllm/v1/core/block_pool.py).
 
 The three coefficients are a step-time model in its simplest form (`kvwise.sim.steptime`:
@@ -66,6 +66,8 @@ class _Route:
     replica: Replica
     terms: tuple[float, float, float]
     tokens: int  # prefill tokens this request adds to the replica's queue
+    key: str
+    prompt_tokens: int  # cached there once prefilled
 
 
 @dataclass
@@ -190,6 +192,8 @@ class CostRouter(Router):
         request_id: int | None = None,
     ) -> Replica | None:
         prompt = cost_tokens if prompt_tokens is None else prompt_tokens
+        if request_id is not None:
+            self._forget(request_id)  # routed again (failover, a refused lease): not there now
         best: Replica | None = None
         best_terms = (0.0, 0.0, 0.0)
         best_s = 0.0
@@ -203,15 +207,15 @@ class CostRouter(Router):
         if best is None:
             return None
         if request_id is not None:
-            self.done(request_id)  # a failover routes the same request again
             st = self.state(best)
             uncached = int(best_terms[1]) - st.pending_tokens
-            self._routes[request_id] = _Route(best, best_terms, uncached)
+            self._routes[request_id] = _Route(best, best_terms, uncached, key, prompt)
             st.pending_prefills += 1
             st.pending_tokens += uncached
             while len(self._routes) > MAX_ROUTES:
                 self._settle(self._routes.popitem(last=False)[1])
-        self._remember(best, key, prompt)
+        else:
+            self._remember(best, key, prompt)
         return best
 
     def _remember(self, replica: Replica, key: str, prompt_tokens: int) -> None:
@@ -235,6 +239,7 @@ class CostRouter(Router):
         if route is None:
             return
         self._settle(route)
+        self._remember(route.replica, route.key, route.prompt_tokens)
         self.model.measure(route.terms, ttft_s)
         if self.model.num_measurements % LOG_EVERY == 1:
             step_s, token_s, seq_s = self.model.coefficients
@@ -245,7 +250,14 @@ class CostRouter(Router):
             )  # fmt: skip
 
     def done(self, request_id: int) -> None:
-        """The request ended (or moved) before its first token: it no longer queues there."""
+        """The request ended without a first token seen (a whole reply, an aborted stream): it
+        no longer queues there, and its prompt was most likely prefilled."""
+        route = self._routes.pop(request_id, None)
+        if route is not None:
+            self._settle(route)
+            self._remember(route.replica, route.key, route.prompt_tokens)
+
+    def _forget(self, request_id: int) -> None:
         route = self._routes.pop(request_id, None)
         if route is not None:
             self._settle(route)
