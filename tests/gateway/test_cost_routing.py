@@ -144,12 +144,8 @@ def test_with_a_model_and_a_gpu_the_router_starts_from_their_step_model() -> Non
     assert 2 < rtx4090[0] / h100[0] < 5 and 3 < rtx4090[1] / h100[1] < 10
     router = make_router("cost", replicas(2), h100)
     assert isinstance(router, CostRouter) and router.model.coefficients == h100
-    affinity = build_parser().parse_args(
-        ["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--routing", "affinity"]
-    )
-    assert routing_prior(affinity) is None  # consistent hashing needs no step model
-    default = build_parser().parse_args(["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100"])
-    assert routing_prior(default) == h100  # cost routing is the default
+    affinity = build_parser().parse_args(["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100"])
+    assert routing_prior(affinity) is None  # the default, consistent hashing, needs no step model
 
 
 def test_a_request_routed_again_is_queued_once() -> None:

@@ -12,12 +12,14 @@ For every replica with room, the predicted TTFT of this request there is
 and the cheapest replica serves. Session affinity is not a rule here: a replica that holds the
 session's prefix needs fewer tokens prefilled, so it wins while that saving is larger than the
 wait its queue adds, and loses once it is not (issue: on a CPU engine a cache hit saves little,
-and 8 sessions hashed onto 2 replicas queued behind each other).
+and 8 sessions hashed onto 2 replicas queued behind each other). `--routing cost`; the default
+stays `affinity` (benchmarks/results/routing_policies.txt: cost routing did not win there).
 
 What a replica holds in its prefix cache: the gateway's own record of what it sent there, one
 entry per affinity key (session, end user or system prompt) holding the prompt tokens of the
-last request prefilled there (at its first token, or its end for a whole reply), evicted least recently used once their sum passes the replica's KV pool, as
-vLLM's block pool evicts freed blocks least recently used (vllm/v1/core/block_pool.py).
+last request prefilled there (at its first token, or its end for a whole reply), evicted least
+recently used once their sum passes the replica's KV pool, as vLLM's block pool evicts freed
+blocks least recently used (vllm/v1/core/block_pool.py).
 
 The three coefficients are a step-time model in its simplest form (`kvwise.sim.steptime`:
 a per-step constant, a per-token term, a per-sequence term), fitted online: every first token
@@ -289,7 +291,7 @@ class RoundRobinRouter(Router):
 
 
 ROUTING_POLICIES = ("cost", "affinity", "round-robin")
-DEFAULT_ROUTING = "cost"
+DEFAULT_ROUTING = "affinity"
 
 
 def make_router(
