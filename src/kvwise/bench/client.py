@@ -52,11 +52,15 @@ def chat_body(
 
 
 async def stream_chat(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], clock_start: float
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    clock_start: float,
+    headers: dict[str, str] | None = None,
 ) -> Outcome:
     outcome = Outcome(sent_s=time.perf_counter() - clock_start)
     try:
-        async with client.stream("POST", url, json=body) as response:
+        async with client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
                 await response.aread()
                 outcome.error = f"HTTP {response.status_code}: {_error_message(response.text)}"

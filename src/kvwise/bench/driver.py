@@ -6,7 +6,9 @@ sends its turns one after the other, each after the previous answer and the turn
 A session that keeps history sends the whole conversation every turn: the system prompt, every
 earlier user turn and every real answer the server gave, then the new segments, so that the
 server's prefix cache sees what a real agent loop gives it. A failed turn ends its session (as
-a rejected request does in the simulator); the run goes on.
+a rejected request does in the simulator); the run goes on. Each session sends its own
+`X-Session-Id` (new for every run), so a gateway in front of the engines sees the sessions as
+agents' sessions: session affinity, fairness per session and session features are exercised.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -72,6 +75,7 @@ class _Run:
         self.on_record = on_record
         self.records: list[RequestRecord] = []
         self.clock_start = 0.0
+        self.run_token = uuid.uuid4().hex[:12]  # session ids of one run never meet another's
         limit = workload.max_concurrency
         self.slots = asyncio.Semaphore(limit) if limit else None
 
@@ -117,7 +121,10 @@ class _Run:
             body = chat_body(
                 self.target.model, messages, max_tokens, ignore_eos=self.target.ignore_eos
             )
-            outcome = await stream_chat(client, self.target.chat_url, body, self.clock_start)
+            headers = {"X-Session-Id": f"kvwise-bench-{self.run_token}-{index}"}
+            outcome = await stream_chat(
+                client, self.target.chat_url, body, self.clock_start, headers
+            )
             new_tokens = _planned_tokens(turn.new_segments, self.texts)
             record = self._record(index, turn_index, turn, outcome, history_tokens + new_tokens)
             self.records.append(record)

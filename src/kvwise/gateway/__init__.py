@@ -20,6 +20,7 @@ How a request flows, module by module:
                   admission_scripts: its atomic Lua scripts
       fairqueue   start-time fair queuing across sessions / API keys, in KV tokens
       routing     consistent hashing with bounded loads (session / prefix affinity)
+      cost_routing  least predicted TTFT (queue + uncached prompt), round robin
       replicas    per-replica budget, reservations, live engine load from /metrics
     endpoint    the exchange: relay (streaming or not), failover before the first token,
                 a clean SSE error after it; sse: event splitting and reply collection

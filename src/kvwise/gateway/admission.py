@@ -70,6 +70,8 @@ class Ticket:
     queue_share: float | None = None  # at most this share of the queue for the group
     weight: float = 1.0  # the group's share of KV tokens served, relative to others
     prompt_tokens: int = 0  # of cost_tokens, the prompts' (upper bound, all sequences)
+    # what the engine prefills: each prompt once, whatever n (upper bound; None: not counted)
+    prefill_tokens: int | None = None
 
 
 @dataclass
@@ -175,8 +177,9 @@ class Admission:
 
     def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
         replica = self.router.pick(
-            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs
-        )
+            ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs,
+            prompt_tokens=ticket.prefill_tokens, request_id=id(ticket),
+        )  # fmt: skip
         if replica is None:
             return None
         replica.reserve(ticket.cost_tokens, ticket.num_seqs)

@@ -29,6 +29,7 @@ from kvwise.errors import UsageError
 from kvwise.gateway.admission import open_admission
 from kvwise.gateway.asgi import HttpError, Receive, Scope, Send, header
 from kvwise.gateway.config import GatewayConfig
+from kvwise.gateway.cost_routing import make_router
 from kvwise.gateway.endpoint import CompletionsEndpoint
 from kvwise.gateway.internal_error import internal_error
 from kvwise.gateway.keys_file import KeyEntry
@@ -39,7 +40,6 @@ from kvwise.gateway.openapi import openapi_document
 from kvwise.gateway.prepare import PrepareContext, TurnToStore, prepare_chat, prepare_completion
 from kvwise.gateway.replica_admin import add_replica, drain_replica, list_replicas
 from kvwise.gateway.replicas import Replica, parse_engine_metrics
-from kvwise.gateway.routing import Router
 from kvwise.gateway.security import (
     OPEN_TENANT,
     ApiKeys,
@@ -64,7 +64,9 @@ class Gateway:
         self.replicas = [
             Replica(u.name, u.url, u.budget_tokens, u.max_num_seqs) for u in config.upstreams
         ]
-        self.admission = open_admission(Router(self.replicas), config.admission)
+        self.admission = open_admission(
+            make_router(config.routing, self.replicas, config.routing_prior), config.admission
+        )
         self.membership = Membership(
             self.replicas, self.admission.router, _membership_config(config), self._check
         )

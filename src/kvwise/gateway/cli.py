@@ -37,6 +37,7 @@ from kvwise.gateway.config import (
     SessionConfig,
     UpstreamSpec,
 )
+from kvwise.gateway.cost_routing import DEFAULT_ROUTING, ROUTING_POLICIES
 from kvwise.gateway.discovery import Limits, PlannedLimits, discover_limits, plan_limits
 from kvwise.gateway.membership import DNS_INTERVAL_S, MembershipConfig
 from kvwise.gateway.replica_dns import DnsTarget, dns_target
@@ -148,6 +149,11 @@ def _add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--tokenizer", help="tokenizer.json or model folder, for exact prompt counts"
     )
+    gateway.add_argument(
+        "--routing", choices=ROUTING_POLICIES, default=DEFAULT_ROUTING,
+        help="cost: the replica with the least predicted TTFT (queue + uncached prompt); "
+        "affinity: consistent hashing of the session, bounded by load; round-robin",
+    )  # fmt: skip
     security = parser.add_argument_group("security")
     security.add_argument(
         "--api-key", action="append", default=[], help="accepted key (repeatable)"
@@ -382,7 +388,25 @@ def build_config(
         membership=MembershipConfig(
             limits.kv_budget_tokens, limits.max_num_seqs, dns, args.dns_interval
         ),
+        routing=args.routing,
+        routing_prior=routing_prior(args),
     )
+
+
+def routing_prior(args: argparse.Namespace) -> tuple[float, float, float] | None:
+    """The cost router's prior from the simulator's step model, for MODEL on --gpu (the user's
+    calibration when there is one); None without both, or for another policy."""
+    if args.routing != "cost" or not args.model or not (args.gpu or args.gpu_memory_gib):
+        return None
+    from kvwise.core.catalog import load_model
+    from kvwise.core.gpus import resolve_gpu
+    from kvwise.gateway.cost_routing import prior_from_step_weights
+    from kvwise.sim.deploy import deployment
+    from kvwise.sim.steptime import step_weights
+
+    gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
+    deployed = deployment(load_model(args.model), gpu, flags_from_args(args))
+    return prior_from_step_weights(step_weights(deployed.config.cost, deployed.config.coefficients))
 
 
 def run(argv: list[str]) -> int:

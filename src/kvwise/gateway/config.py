@@ -93,6 +93,10 @@ class GatewayConfig:
     # VLLM_ENGINE_ITERATION_TIMEOUT_S default (vllm/envs.py) for one engine step
     stall_timeout_s: float = 60.0
     is_prompt_logging_enabled: bool = False
+    routing: str = "affinity"  # cost | affinity | round-robin (kvwise.gateway.cost_routing)
+    # the cost router's prior (s/step, s/prefilled token, s/running sequence), from the plan's
+    # step model when MODEL and --gpu are given; None: cost_routing.PRIOR
+    routing_prior: tuple[float, float, float] | None = None
     server: ServerLimits = ServerLimits()
     # replicas that join later (--upstream-dns, the admin routes); None: as the first upstream
     membership: MembershipConfig | None = None

@@ -190,6 +190,7 @@ class Exchange:
         except HttpError as exc:
             await self._fail(exc)
         finally:
+            self.gateway.admission.router.done(id(self.prepared.ticket))
             self.lease.release()
             self.gateway.admission.record_service_time(time.perf_counter() - self.started_s)
             self._charge_served()
@@ -432,6 +433,10 @@ class StreamRelay:
                 return
             self.first_token_s = now_s
             self.exchange.gateway.metrics.ttft.observe(now_s - self.exchange.started_s)
+            exchange = self.exchange
+            exchange.gateway.admission.router.first_token(
+                id(exchange.prepared.ticket), now_s - exchange.sent_upstream_s
+            )
         self.num_token_events += 1
         self.last_token_s = now_s
 

@@ -191,6 +191,7 @@ async def prepare_chat(
         cost_tokens=request.n * sequence_cost(prompt, reply_tokens, ctx.max_model_len),
         num_seqs=request.n,
         prompt_tokens=request.n * prompt.upper,
+        prefill_tokens=prompt.upper,
         **_fairness(caller),
     )
     return Prepared("/v1/chat/completions", raw, request.stream, ticket, prompt, turn, headers)
@@ -215,6 +216,7 @@ async def prepare_completion(
         * sum(sequence_cost(c, request.max_tokens, ctx.max_model_len) for c in counts),
         num_seqs=request.n * len(counts),
         prompt_tokens=request.n * sum(c.upper for c in counts),
+        prefill_tokens=sum(c.upper for c in counts),
         **_fairness(caller),
     )
     total = TokenCount(sum(c.lower for c in counts), sum(c.upper for c in counts))

@@ -55,10 +55,17 @@ class Router:
         return order
 
     def pick(
-        self, key: str, cost_tokens: int, exclude: Sequence[Replica] = (), num_seqs: int = 1
+        self,
+        key: str,
+        cost_tokens: int,
+        exclude: Sequence[Replica] = (),
+        num_seqs: int = 1,
+        prompt_tokens: int | None = None,
+        request_id: int | None = None,
     ) -> Replica | None:
         """The replica to reserve `cost_tokens` (`num_seqs` sequences) on, or None when none
-        has room now."""
+        has room now. `prompt_tokens` and `request_id` are for routers that price the prompt
+        (`cost_routing`); this one routes by `key` alone."""
         candidates = [
             r
             for r in self.ring_order(key)
@@ -75,3 +82,9 @@ class Router:
             if replica.reserved_tokens + cost_tokens <= bound_tokens:
                 return replica
         return min(candidates, key=lambda r: r.reserved_tokens / max(1, r.budget_tokens))
+
+    def first_token(self, request_id: int, ttft_s: float) -> None:
+        """The request's first token arrived `ttft_s` after it was sent upstream."""
+
+    def done(self, request_id: int) -> None:
+        """The request ended, or moved to another replica, before its first token."""
