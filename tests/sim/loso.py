@@ -72,9 +72,7 @@ def table(outcomes: list[Outcome]) -> dict[tuple[str, str], dict[str, tuple[floa
     return cells
 
 
-def loso_outcomes(
-    cases: list[Case], rounds: int, jobs: int = 1
-) -> tuple[list[Outcome], list[str]]:
+def loso_outcomes(cases: list[Case], rounds: int, jobs: int = 1) -> tuple[list[Outcome], list[str]]:
     """Every case of every source scored with coefficients fitted without that source; `jobs`
     sources at a time, each in its own process (the same results: each refit is deterministic)."""
     sources = sorted({c.source for c in cases})

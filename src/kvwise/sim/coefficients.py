@@ -149,7 +149,7 @@ def choose(
         floor = 1 / family.gemm_efficiency
         if chosen.gemm_compute < floor:
             chosen = replace(chosen, gemm_compute=floor)
-        source += f"; GEMM at {family.gemm_efficiency:.0%} of peak ({family.source})"
+        source += f"; GEMM at most {family.gemm_efficiency:.0%} of peak ({family.source})"
     return chosen, source
 
 
