@@ -100,3 +100,17 @@ def test_a_dense_model_reads_all_its_weights_every_step() -> None:
     cost = qwen_on_4090()
     assert cost.expert_read_s == 0.0
     assert basis(cost, 1, 0, 0, 1)[0] == basis(cost, 4096, 0, 0, 1)[0] == cost.weight_read_s
+
+
+def test_a_deployed_moe_model_decodes_a_few_requests_faster_than_it_reads_all_its_experts() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.sim.deploy import deployment
+
+    model, gpu = load_model("Qwen/Qwen3-30B-A3B"), find_gpu("h100 sxm")
+    config = deployment(model, gpu, VllmFlags(max_model_len=8192)).config
+    cost = config.cost
+    # the planner's weights: routed experts are most of them, 8 of 128 per token
+    assert 0.8 < cost.expert_read_s / cost.weight_read_s < 1.0
+    weights = step_weights(cost, config.coefficients)
+    four, all_experts = weights.step_s(4, 0, 4000, 4), weights.step_s(512, 0, 4000, 512)
+    assert four < 0.6 * all_experts
