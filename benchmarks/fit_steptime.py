@@ -27,7 +27,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvwise.sim.coefficients import profile_keys
+from kvwise.core.gpus import find_gpu
+from kvwise.sim.coefficients import choose, profile_keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/sim
 
@@ -76,8 +77,9 @@ def one_round(
     rows: dict[str, list[Target]] = {}
     errors: dict[str, list[float]] = {}
     for case in cases:
-        keys = profile_keys(case.gpu, case.flags.tensor_parallel_size or 1)
-        coefficients = next((fitted[k] for k in keys if k in fitted), StepTimeCoefficients())
+        tp = case.flags.tensor_parallel_size or 1
+        keys = profile_keys(case.gpu, tp)
+        coefficients = choose(fitted, find_gpu(case.gpu), tp)[0]
         result = run_case(case, coefficients, record_steps=True)
         found = [
             Target(t.name, t.row, t.offset, t.measured, WEIGHTS[t.name])
@@ -100,19 +102,19 @@ def objective(errors: dict[str, list[float]]) -> float:
 
 
 def refit(rows: dict[str, list[Target]]) -> dict[str, StepTimeCoefficients]:
-    """All GPUs from the physical prior; each GPU from that; each TP>1 profile from its GPU's."""
+    """All GPUs from the physical prior; each GPU from that, with its family's documented GEMM
+    efficiency as its prior (`coefficients.choose`); each TP>1 profile from its GPU's."""
     prior = StepTimeCoefficients()
     fitted = {"default": fit_coefficients([t for r in rows.values() for t in r], prior)}
     gpus = sorted({key.removesuffix(" TP>1") for key in rows})
     for gpu in gpus:
+        anchor = choose({"default": fitted["default"]}, find_gpu(gpu))[0]
         gpu_rows = rows.get(gpu, []) + rows.get(f"{gpu} TP>1", [])
         if len(gpu_rows) >= MIN_POINTS_PER_GPU:
-            fitted[gpu] = fit_coefficients(gpu_rows, fitted["default"], ridge=1.0)
+            fitted[gpu] = fit_coefficients(gpu_rows, anchor, ridge=1.0)
         multi = rows.get(f"{gpu} TP>1", [])
         if len(multi) >= MIN_POINTS_PER_GPU:
-            fitted[f"{gpu} TP>1"] = fit_coefficients(
-                multi, fitted.get(gpu, fitted["default"]), ridge=1.0
-            )
+            fitted[f"{gpu} TP>1"] = fit_coefficients(multi, fitted.get(gpu, anchor), ridge=1.0)
     return fitted
 
 

@@ -1,6 +1,6 @@
 """Simulator fidelity on the validation serving measurements, per GPU and per source.
 
-    .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases] [--loso]
+    .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases] [--loso [--jobs N]]
     .venv/bin/python benchmarks/sim_fidelity.py --unseen [--cases]
 
 Prints the median |relative error| of output throughput, mean TPOT and median TTFT on the
@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cases", action="store_true", help="one line per case")
     parser.add_argument("--loso", action="store_true", help="leave-one-source-out refits")
     parser.add_argument("--rounds", type=int, default=12, help="--loso: most refit rounds")
+    parser.add_argument("--jobs", type=int, default=1, help="--loso: sources refitted at once")
     parser.add_argument("--unseen", action="store_true", help="the out-of-sample file")
     args = parser.parse_args(argv)
     started = time.process_time()
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> int:
     print("\n".join(report_lines(summary)))
     loso = None
     if args.loso:
-        loso, notes = loso_outcomes(load_cases(args.data)[0], args.rounds)
+        loso, notes = loso_outcomes(load_cases(args.data)[0], args.rounds, args.jobs)
         print("\n".join(notes))
     print("\n".join(report(outcomes, loso, skipped)))
     print(

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from kvwise.bench.lsq import bounded_lsq
 from kvwise.sim.request import Request
 from kvwise.sim.runner import SimResult
-from kvwise.sim.steptime import BASIS_NAMES, StepTimeCoefficients, basis, gemm_excess_s
+from kvwise.sim.steptime import (
+    BASIS_NAMES,
+    StepTimeCoefficients,
+    basis,
+    gemm_excess_s,
+    weight_read_step_s,
+)
 
 FRONT_END_NAMES = ("api_overhead_s", "frontend_request_s")
 COEFFICIENT_NAMES = (*BASIS_NAMES, *FRONT_END_NAMES)
@@ -64,6 +70,12 @@ class _Windows:
         self.cost = cost = result.config.cost
         self.sums = [_prefix(a) for a in (log.tokens, log.pairs_x2, log.context, log.reqs)]
         self.excess = _prefix([gemm_excess_s(cost, tokens) for tokens in log.tokens])
+        # an MoE step's weight read depends on its own token count: summed step by step
+        self.weights = (
+            _prefix([weight_read_step_s(cost, tokens) for tokens in log.tokens])
+            if cost.expert_read_s
+            else None
+        )
         self.start_s = log.start_s
         self.end_s = result.engine.step_end_s
 
@@ -72,6 +84,8 @@ class _Windows:
         tokens, pairs_x2, context, reqs = (int(s[stop] - s[first]) for s in self.sums)
         row = list(basis(self.cost, tokens, pairs_x2, context, reqs, num_steps=stop - first))
         row[BASIS_NAMES.index("gemm_compute")] = self.excess[stop] - self.excess[first]
+        if self.weights is not None:
+            row[BASIS_NAMES.index("weight_read")] = self.weights[stop] - self.weights[first]
         return [*row, 0.0, 0.0]
 
     def ttft_row(self, request: Request) -> tuple[list[float], float]:

@@ -5,7 +5,8 @@ point left out of a figure named with its reason.
                   cases of every source, `benchmarks/fit_steptime.py`)
     LOSO          each source's cases simulated with coefficients refitted on the training
                   cases of the other sources only (a GPU only that source measured falls back
-                  to the all-GPU set, as a GPU without data does for a user)
+                  to its family's or the all-GPU set, `coefficients.choose`, as a GPU without
+                  data does for a user)
 
 GPU class: consumer (GeForce RTX) or datacenter. Load regime, from the measurements:
 overload (`Case.is_overloaded`: a queue or failures), low (one request at a time, or an open
@@ -71,25 +72,37 @@ def table(outcomes: list[Outcome]) -> dict[tuple[str, str], dict[str, tuple[floa
     return cells
 
 
-def loso_outcomes(cases: list[Case], rounds: int) -> tuple[list[Outcome], list[str]]:
-    """Every case of every source scored with coefficients fitted without that source."""
+def loso_outcomes(cases: list[Case], rounds: int, jobs: int = 1) -> tuple[list[Outcome], list[str]]:
+    """Every case of every source scored with coefficients fitted without that source; `jobs`
+    sources at a time, each in its own process (the same results: each refit is deterministic)."""
+    sources = sorted({c.source for c in cases})
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            parts = list(pool.map(_one_source, [(cases, s, rounds) for s in sources]))
+    else:
+        parts = [_one_source((cases, s, rounds)) for s in sources]
+    outcomes = [o for found, _ in parts for o in found]
+    return outcomes, [note for _, note in parts]
+
+
+def _one_source(job: tuple[list[Case], str, int]) -> tuple[list[Outcome], str]:
     from fit_steptime import fit  # benchmarks/ on sys.path (the caller's)
 
-    from kvwise.sim.coefficients import profile_keys
-    from kvwise.sim.steptime import StepTimeCoefficients
+    from kvwise.core.gpus import find_gpu
+    from kvwise.sim.coefficients import choose
 
-    outcomes: list[Outcome] = []
-    notes: list[str] = []
+    cases, source, rounds = job
     training = [c for c in cases if not c.is_overloaded and not c.is_held_out]
-    for source in sorted({c.source for c in cases}):
-        others = [c for c in training if c.source != source]
-        fitted = fit(others, rounds, verbose=False).fitted
-        notes.append(f"{source}: refitted on {len(others)} cases of the other sources")
-        for case in (c for c in cases if c.source == source):
-            keys = profile_keys(case.gpu, case.flags.tensor_parallel_size or 1)
-            chosen = next((fitted[k] for k in keys if k in fitted), StepTimeCoefficients())
-            outcomes.append(compare(case, run_case(case, chosen)))
-    return outcomes, notes
+    others = [c for c in training if c.source != source]
+    fitted = fit(others, rounds, verbose=False).fitted
+    outcomes = []
+    for case in (c for c in cases if c.source == source):
+        tp = case.flags.tensor_parallel_size or 1
+        chosen = choose(fitted, find_gpu(case.gpu), tp)[0]
+        outcomes.append(compare(case, run_case(case, chosen)))
+    return outcomes, f"{source}: refitted on {len(others)} cases of the other sources"
 
 
 def report(

@@ -71,3 +71,46 @@ def test_folded_weights_equal_the_basis_terms_times_the_coefficients() -> None:
         )
         expected = apply(coefficients, basis(cost, tokens, pairs, context, reqs))
         assert weights.step_s(tokens, pairs, context, reqs) == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_moe_step_reads_only_the_experts_its_tokens_are_routed_to() -> None:
+    # Qwen3-30B-A3B: 128 experts, 8 per token; the routed experts are most of its weights
+    model, gpu = load_model("Qwen/Qwen3-30B-A3B"), find_gpu("h100 sxm")
+    cost = step_cost(
+        model,
+        gpu,
+        weight_bytes_per_rank=61_000_000_000,
+        kv_bytes_per_token=98_304,
+        routed_expert_share=0.95,
+    )
+    assert cost.expert_miss == pytest.approx(1 - 8 / 128)
+    one, forty, thousand = (basis(cost, n, 0, 0, 1)[0] for n in (1, 40, 1000))
+    # one token touches 8 of 128 experts: 1/16 of the expert bytes plus the dense rest
+    assert one == pytest.approx(cost.weight_read_s * (0.05 + 0.95 / 16))
+    assert one < forty < thousand
+    # a thousand tokens touch every expert: the whole checkpoint is read
+    assert thousand == pytest.approx(cost.weight_read_s, rel=1e-9)
+    weights = step_weights(cost, StepTimeCoefficients())
+    for n in (1, 7, 300):
+        expected = apply(StepTimeCoefficients(), basis(cost, n, 0, 1000, n))
+        assert weights.step_s(n, 0, 1000, n) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_dense_model_reads_all_its_weights_every_step() -> None:
+    cost = qwen_on_4090()
+    assert cost.expert_read_s == 0.0
+    assert basis(cost, 1, 0, 0, 1)[0] == basis(cost, 4096, 0, 0, 1)[0] == cost.weight_read_s
+
+
+def test_a_deployed_moe_model_decodes_a_few_requests_faster_than_it_reads_all_its_experts() -> None:
+    from kvwise.core.flags import VllmFlags
+    from kvwise.sim.deploy import deployment
+
+    model, gpu = load_model("Qwen/Qwen3-30B-A3B"), find_gpu("h100 sxm")
+    config = deployment(model, gpu, VllmFlags(max_model_len=8192)).config
+    cost = config.cost
+    # the planner's weights: routed experts are most of them, 8 of 128 per token
+    assert 0.8 < cost.expert_read_s / cost.weight_read_s < 1.0
+    weights = step_weights(cost, config.coefficients)
+    four, all_experts = weights.step_s(4, 0, 4000, 4), weights.step_s(512, 0, 4000, 512)
+    assert four < 0.6 * all_experts

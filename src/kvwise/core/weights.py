@@ -315,6 +315,23 @@ def weight_bytes_per_rank(
     return int(weights + rotary)
 
 
+def routed_expert_share(
+    spec: ModelSpec,
+    *,
+    tp: int = 1,
+    dtype_bytes: int = 2,
+    quant: QuantSpec | None = None,
+    expert_parallel: bool = False,
+) -> float:
+    """The share of a rank's weight bytes held by routed experts (0 for a dense model): the
+    part a step reads only for the experts its tokens are routed to (the step-time model)."""
+    if spec.moe is None:
+        return 0.0
+    quant = quant if quant is not None else spec.quant
+    experts = _expert_bytes_per_rank(spec, tp, quant, dtype_bytes, expert_parallel)
+    return experts / _modelled_bytes_per_rank(spec, tp, 1, dtype_bytes, quant, expert_parallel)
+
+
 def _checkpoint_bytes_held(
     spec: ModelSpec, quant: QuantSpec | None, dtype_bytes: int
 ) -> int | None:

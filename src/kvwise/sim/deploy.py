@@ -12,11 +12,13 @@ from dataclasses import dataclass, replace
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
+from kvwise.core.weights import routed_expert_share
 from kvwise.errors import InvalidFlagError
 from kvwise.planner import Plan, plan
-from kvwise.planner.defaults import parse_version
+from kvwise.planner.defaults import parse_version, quant_for
+from kvwise.planner.memory import runtime_dtype_bytes
 from kvwise.sim.calibrated import user_calibration
-from kvwise.sim.coefficients import coefficients_for
+from kvwise.sim.coefficients import coefficients_with_source
 from kvwise.sim.engine import EngineConfig
 from kvwise.sim.interconnect import CommCost, Topology, comm_cost
 from kvwise.sim.runner import SimConfig
@@ -94,6 +96,12 @@ def deployment(
         comm=_comm(
             model, gpu, resolved.tensor_parallel_size, resolved.pipeline_parallel_size, topology
         ),
+        routed_expert_share=routed_expert_share(
+            model,
+            tp=resolved.tensor_parallel_size,
+            dtype_bytes=runtime_dtype_bytes(resolved),
+            quant=quant_for(model, resolved),
+        ),
     )
     chosen, note = _coefficients(model, gpu, resolved.tensor_parallel_size, coefficients)
     if resolved.enforce_eager:
@@ -119,6 +127,5 @@ def _coefficients(
     calibrated = user_calibration(gpu.name, model.model_id)
     if calibrated is not None:
         return calibrated
-    return coefficients_for(
-        gpu, tp
-    ), f"step time: shipped coefficients for {gpu.name} (not calibrated)"
+    chosen, source = coefficients_with_source(gpu, tp)
+    return chosen, f"step time: shipped coefficients, {source} (not calibrated)"

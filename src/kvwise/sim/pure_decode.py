@@ -151,7 +151,12 @@ def _decode_step_terms(engine: Engine, num_decode: int) -> tuple[float, float, f
     so the same result bit for bit."""
     w = engine.weights
     excess = w.gemm_token_s * num_decode - w.weight_read_s
-    fixed_s = w.base_s + w.token_s * num_decode + (w.gemm * excess if excess > 0 else 0.0)
+    fixed_s = (
+        w.base_s
+        - w.idle_experts_s(num_decode)
+        + w.token_s * num_decode
+        + (w.gemm * excess if excess > 0 else 0.0)
+    )
     return fixed_s, w.context_token_s, w.request_s * num_decode
 
 

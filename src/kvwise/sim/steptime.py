@@ -8,7 +8,11 @@ This is the "trained physics" shape of BLIS (github.com/inference-sim/inference-
 linear in the coefficients, so `kvwise calibrate` fits them by least squares from measured step
 or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
 
-    weight_read         weight bytes / HBM bandwidth: every step streams all weights once
+    weight_read         weight bytes / HBM bandwidth: every step streams the weights once; of
+                        an MoE model's routed experts only those the step's tokens are routed to
+                        (T tokens each picking k of E experts touch a share 1 - (1 - k/E)^T of
+                        them, routing taken as uniform): a small decode batch reads a few
+                        experts, a batch of a few hundred tokens all of them
     kv_read             KV bytes read by decode tokens / HBM bandwidth
     gemm_compute        GEMM time beyond the weight read: max(0, 2 x active params x tokens /
                         peak FLOP/s - weight_read). Small batches are bound by reading the
@@ -95,6 +99,8 @@ class StepCost:
     # links beyond the card's own (`interconnect.comm_cost`): physics, not fitted
     comm_fixed_s: float = 0.0  # per step: slower-link all-reduce latency, pipeline hops
     comm_s_per_token: float = 0.0  # per token: activations across pipeline stage boundaries
+    expert_read_s: float = 0.0  # the routed experts' share of weight_read_s (0: dense model)
+    expert_miss: float = 1.0  # chance that one token is not routed to a given expert: 1 - k/E
 
 
 def step_cost(
@@ -106,6 +112,7 @@ def step_cost(
     tensor_parallel_size: int = 1,
     use_fp8_compute: bool = False,
     comm: CommCost | None = None,
+    routed_expert_share: float = 0.0,
 ) -> StepCost:
     """`comm`: the replica's links (kvwise.sim.interconnect); None: TP over the card's own."""
     tp = tensor_parallel_size
@@ -125,8 +132,11 @@ def step_cost(
         2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
     )
     link_bytes_s = comm.allreduce_bytes_s if comm is not None else gpu.interconnect_bytes_s
+    moe = model.moe
     return StepCost(
         weight_read_s=weight_bytes_per_rank / bandwidth,
+        expert_read_s=routed_expert_share * weight_bytes_per_rank / bandwidth,
+        expert_miss=1 - moe.num_experts_per_tok / moe.num_experts if moe is not None else 1.0,
         kv_read_s_per_token=kv_bytes_per_token / bandwidth,
         linear_s_per_token=2 * active_params(model) / tp / peak_flops,
         attention_s_per_pair=attention_flops_per_pair / peak_flops,
@@ -148,7 +158,7 @@ def basis(
 ) -> tuple[float, ...]:
     """The basis terms of one step (order of BASIS_NAMES), for fitting and explaining."""
     return (
-        cost.weight_read_s * num_steps,
+        weight_read_step_s(cost, num_tokens) * num_steps,
         cost.kv_read_s_per_token * decode_context,
         gemm_excess_s(cost, num_tokens) * num_steps,
         cost.attention_s_per_pair * (prefill_attention_x2 / 2 + decode_context),
@@ -158,6 +168,14 @@ def basis(
         float(cost.num_layers * num_steps),
         float(num_reqs),
     )
+
+
+def weight_read_step_s(cost: StepCost, num_tokens: int) -> float:
+    """Weight bytes one step of `num_tokens` tokens reads, over the bandwidth: all of a dense
+    model's; of an MoE model's routed experts, the share its tokens are routed to."""
+    if not cost.expert_read_s:
+        return cost.weight_read_s
+    return cost.weight_read_s - cost.expert_read_s * cost.expert_miss**num_tokens
 
 
 def gemm_excess_s(cost: StepCost, num_tokens: int) -> float:
@@ -171,10 +189,12 @@ def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) ->
 
 @dataclass(frozen=True)
 class StepWeights:
-    """step_s = base + token * T + gemm * max(0, T * gemm_token - weight_read)
+    """step_s = base - idle_experts(T) + token * T + gemm * max(0, T * gemm_token - weight_read)
     + pair_x2 * A2 + context_token * C + request * R (the basis terms, folded)."""
 
     base_s: float
+    expert_s: float  # reading all routed experts (0: dense model)
+    expert_miss: float
     token_s: float
     gemm: float
     gemm_token_s: float
@@ -187,12 +207,18 @@ class StepWeights:
         excess = self.gemm_token_s * tokens - self.weight_read_s
         return (
             self.base_s
+            - (self.expert_s * self.expert_miss**tokens if self.expert_s else 0.0)
             + self.token_s * tokens
             + (self.gemm * excess if excess > 0 else 0.0)
             + self.pair_x2_s * pairs_x2
             + self.context_token_s * context
             + self.request_s * reqs
         )
+
+    def idle_experts_s(self, tokens: int) -> float:
+        """The read time of the routed experts no token of the step was routed to (as step_s
+        computes it inline: the same float operations)."""
+        return self.expert_s * self.expert_miss**tokens if self.expert_s else 0.0
 
 
 def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
@@ -202,6 +228,8 @@ def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
         + c.step_overhead_s
         + c.layer_overhead_s * cost.num_layers
         + cost.comm_fixed_s,
+        expert_s=c.weight_read * cost.expert_read_s,
+        expert_miss=cost.expert_miss,
         token_s=c.allreduce * cost.allreduce_s_per_token + cost.comm_s_per_token,
         gemm=c.gemm_compute,
         gemm_token_s=cost.linear_s_per_token,
