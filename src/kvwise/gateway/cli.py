@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn  # the serve extra, imported first: without it, one line says what to install
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
@@ -54,13 +55,8 @@ DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
 DAY_S = 86_400
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvwise serve", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise serve", description=__doc__.splitlines()[0])
     parser.add_argument(
         "model", nargs="?", help="model to plan for and launch (HF id, catalog name, dir)"
     )
