@@ -7,12 +7,11 @@ default `chunked_prefill_size` and `cuda_graph_max_bs` per card class.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
+from kvwise.core.data_files import read_json
 from kvwise.errors import UsageError
 
 MIB = 2**20
@@ -30,8 +29,7 @@ class SglangRelease:
 
 @cache
 def _table() -> dict[str, Any]:
-    text = resources.files("kvwise.core.data").joinpath("sglang_versions.json").read_text()
-    return dict(json.loads(text))
+    return dict(read_json("sglang_versions.json"))
 
 
 def release_key(version: str) -> tuple[int, ...]:
