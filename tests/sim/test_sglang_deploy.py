@@ -1,5 +1,6 @@
-"""The SGLang replica `kvwise simulate --engine sglang` builds: the release picks the scheduler's
-default policy (SGLang's server_args.py: "lpm" before 0.4.4, "fcfs" from it)."""
+"""The SGLang replica `kvwise plan --workload ... --engine vllm,sglang` simulates: the release
+picks the scheduler's default policy (SGLang's server_args.py: "lpm" before 0.4.4, "fcfs" from
+it)."""
 
 from __future__ import annotations
 
