@@ -55,7 +55,7 @@ def test_the_engines_own_queue_counts_when_it_is_longer_than_ours() -> None:
     home = route(router, "session:a", 1000, 1)
     router.first_token(1, 0.05)
     home.release(1064)
-    home.load = EngineLoad(0.1, 4, 6, None)  # another client's requests wait there
+    home.load = EngineLoad(0.1, 6, None)  # another client's requests wait there
     chosen = router.pick("session:a", 1264, prompt_tokens=1200, request_id=2)
     assert chosen is not None and chosen is not home
 

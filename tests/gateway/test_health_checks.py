@@ -68,7 +68,7 @@ def test_a_healthy_replica_reports_its_engine_load() -> None:
     assert replica.is_healthy
     # the figures in the recorded vLLM 0.32 CPU /metrics
     assert replica.load is not None
-    assert replica.load.num_requests_running == 1
+    assert abs(replica.load.kv_cache_usage_perc - 1 / 1023) < 1e-9  # one 128-token block in use
     assert replica.load.pool_tokens == 131072
     assert replica.load.block_size == 128
 

@@ -38,7 +38,7 @@ SAMPLE_POOL = 442_353
 def test_reads_sglangs_documented_metrics_page() -> None:
     load = parse_engine_metrics(DOCS_SAMPLE)
     assert load.engine == "sglang"
-    assert (load.num_requests_running, load.num_requests_waiting) == (162, 2826)
+    assert load.num_requests_waiting == 2826
     assert load.pool_tokens is None  # not on this page: the gateway asks /server_info
     assert load.kv_cache_usage_perc == pytest.approx(0.28)
     assert load.block_size == 1  # SGLang allocates per token (page_size 1)
@@ -55,11 +55,11 @@ def test_tensor_parallel_ranks_are_not_counted_twice() -> None:
                 f"sglang:max_total_num_tokens{{{lab}}} 60000",
                 f"sglang:num_used_tokens{{{lab}}} {1200 if dp == 0 else 800}",
                 f"sglang:num_running_reqs{{{lab}}} 3",
-                f"sglang:num_queue_reqs{{{lab}}} 0",
+                f"sglang:num_queue_reqs{{{lab}}} 2",
             ]
     load = parse_engine_metrics("\n".join(lines))
     assert load.pool_tokens == 120_000  # two DP ranks of 60,000, not four
-    assert load.num_requests_running == 6
+    assert load.num_requests_waiting == 4  # 2 queued on each DP rank, not 8
     assert load.kv_cache_usage_perc == pytest.approx(2000 / 120_000)
 
 

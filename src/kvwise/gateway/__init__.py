@@ -8,6 +8,8 @@ Public API (what other capabilities and tests use):
 How a request flows, module by module:
     server_limits  head size/count caps, head/body deadlines (a uvicorn protocol subclass)
     security    API keys, admin keys, failed-attempt throttling, rate limits, the caller's tenant
+      keys_file   the API keys file (YAML): names, limits, reloaded when it changes
+      tenants     per-key rate and concurrency limits at the door, counted per key name
     asgi        raw ASGI helpers: capped body read, JSON errors, disconnect detection
     schemas     pydantic request bodies (unknown OpenAI fields pass through)
     prepare     validate, rebuild and trim session history, count tokens, KV cost, 400s
@@ -22,6 +24,9 @@ How a request flows, module by module:
       routing     consistent hashing with bounded loads (session / prefix affinity)
       cost_routing  least predicted TTFT (queue + uncached prompt), round robin
       replicas    per-replica budget, reservations, live engine load from /metrics
+      membership  replicas that join (DNS, admin) after a passing health check, drained out
+        replica_dns   a headless Service's records resolved to replica URLs
+        replica_admin /kvwise/replicas: list, add, drain (admin key)
     endpoint    the exchange: relay (streaming or not), failover before the first token,
                 a clean SSE error after it; sse: event splitting and reply collection
       upstream_stream  an upstream stream held back to its first token (failover up to there)

@@ -175,11 +175,15 @@ class Admission:
     def _on_queued(self) -> None:
         """A request joined the queue (a shared store polls for room from here on)."""
 
-    def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
-        replica = self.router.pick(
+    def _pick(self, ticket: Ticket, exclude: Sequence[Replica]) -> Replica | None:
+        """The router's replica for this ticket, or None when none has room now."""
+        return self.router.pick(
             ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs,
             prompt_tokens=ticket.prefill_tokens, request_id=id(ticket),
         )  # fmt: skip
+
+    def _try_reserve(self, ticket: Ticket, exclude: Sequence[Replica]) -> Lease | None:
+        replica = self._pick(ticket, exclude)
         if replica is None:
             return None
         replica.reserve(ticket.cost_tokens, ticket.num_seqs)

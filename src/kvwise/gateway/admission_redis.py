@@ -122,10 +122,7 @@ class SharedAdmission(Admission):
         """A lease on the router's pick; a replica Redis refuses (its totals were stale here)
         is picked again from the fresh totals, up to once per replica."""
         for _ in self.router.replicas:
-            replica = self.router.pick(
-                ticket.affinity_key, ticket.cost_tokens, exclude, ticket.num_seqs,
-                prompt_tokens=ticket.prefill_tokens, request_id=id(ticket),
-            )  # fmt: skip
+            replica = self._pick(ticket, exclude)
             if replica is None:
                 return None
             lease = await self._call(functools.partial(self._reserve_on, replica, ticket))

@@ -19,12 +19,12 @@ import argparse
 import logging
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn  # the serve extra, imported first: without it, one line says what to install
 
+from kvwise.core.command_parser import CommandParser
 from kvwise.core.flags import add_vllm_flags, flags_from_args
 from kvwise.core.trimming import TRIM_LOW_WATER
 from kvwise.errors import UsageError
@@ -39,6 +39,7 @@ from kvwise.gateway.config import (
 )
 from kvwise.gateway.cost_routing import DEFAULT_ROUTING, ROUTING_POLICIES
 from kvwise.gateway.discovery import Limits, PlannedLimits, discover_limits, plan_limits
+from kvwise.gateway.launcher import EngineCommand, Started
 from kvwise.gateway.membership import DNS_INTERVAL_S, MembershipConfig
 from kvwise.gateway.replica_dns import DnsTarget, dns_target
 from kvwise.gateway.security import AUTH_FAILURE_WINDOW_S, MAX_AUTH_FAILURES, read_keys_file
@@ -47,20 +48,12 @@ from kvwise.gateway.startup_summary import describe, print_limits
 from kvwise.gateway.upstream_http import tls_context
 from kvwise.planner.cli import add_sglang_flags
 
-if TYPE_CHECKING:
-    from kvwise.gateway.launcher import EngineCommand
-
 DEFAULT_SESSION_STORE = "~/.cache/kvwise/sessions.sqlite3"
 DAY_S = 86_400
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kvwise serve", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="kvwise serve", description=__doc__.splitlines()[0])
     parser.add_argument(
         "model", nargs="?", help="model to plan for and launch (HF id, catalog name, dir)"
     )
@@ -275,13 +268,6 @@ def session_config(args: argparse.Namespace) -> SessionConfig:
         trim_low_water=args.session_trim_low_water,
         is_user_session=args.session_from_user,
     )
-
-
-@dataclass(frozen=True)
-class Started:
-    urls: list[str]
-    supervisor: Any  # launcher.Supervisor | None
-    tokenizer_path: str | None
 
 
 def engine_command(args: argparse.Namespace, planned: PlannedLimits | None) -> EngineCommand:

@@ -92,7 +92,6 @@ class GatewayConfig:
     # A stream silent this long (no response head, no chunk) is a hung replica: vLLM's own
     # VLLM_ENGINE_ITERATION_TIMEOUT_S default (vllm/envs.py) for one engine step
     stall_timeout_s: float = 60.0
-    is_prompt_logging_enabled: bool = False
     routing: str = "affinity"  # cost | affinity | round-robin (kvwise.gateway.cost_routing)
     # the cost router's prior (s/step, s/prefilled token, s/running sequence), from the plan's
     # step model when MODEL and --gpu are given; None: cost_routing.PRIOR

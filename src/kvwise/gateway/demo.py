@@ -17,9 +17,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvwise.errors import UpstreamError, UsageError
+
+if TYPE_CHECKING:
+    from kvwise.gateway.launcher import Started
 
 DEMO_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEMO_MAX_MODEL_LEN = 2048
@@ -75,10 +78,9 @@ def demo_command(python: Path, model_dir: Path) -> str:
     )
 
 
-def start_demo(args: argparse.Namespace) -> Any:
+def start_demo(args: argparse.Namespace) -> Started:
     from kvwise.core.flags import VllmFlags
-    from kvwise.gateway.cli import Started
-    from kvwise.gateway.launcher import Supervisor, plan_launches
+    from kvwise.gateway.launcher import Started, Supervisor, plan_launches
 
     python = engine_python()
     target = cache_dir()

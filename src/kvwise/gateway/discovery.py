@@ -12,7 +12,6 @@ Explicit flags win over both.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from dataclasses import dataclass
 
@@ -54,14 +53,11 @@ def plan_limits(args: argparse.Namespace) -> PlannedLimits | None:
         return None
     from kvwise.core.catalog import load_model
     from kvwise.core.gpus import resolve_gpu
+    from kvwise.planner import plan
 
     if getattr(args, "engine", "vllm") == "sglang":
         return _plan_sglang_limits(args)
 
-    try:  # the planner's public function (kvwise.planner.plan)
-        plan = importlib.import_module("kvwise.planner").plan
-    except AttributeError:
-        return None
     # a name narrowed (or overridden) by --gpu-memory-gib, as `kvwise plan` reads them
     gpu = resolve_gpu(args.gpu, args.gpu_memory_gib, detect=False)
     result = plan(

@@ -126,6 +126,15 @@ def plan_launches(
     return launches
 
 
+@dataclass(frozen=True)
+class Started:
+    """The engines `kvwise serve` relays to: launched (with their supervisor) or given."""
+
+    urls: list[str]
+    supervisor: Supervisor | None
+    tokenizer_path: str | None
+
+
 @dataclass
 class _Running:
     launch: ReplicaLaunch

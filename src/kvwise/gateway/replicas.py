@@ -28,21 +28,19 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 _VLLM_SERIES = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
-    "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:cache_config_info",
 )
 # SGLang's scheduler gauges (python/sglang/srt/metrics/collector.py; observability/
-# metrics_collector.py from 0.5.2x): running and queued requests, KV tokens in use (exact;
+# metrics_collector.py from 0.5.2x): queued requests, KV tokens in use (exact;
 # `token_usage` is rounded to two decimals), and the pool (`max_total_num_tokens`, newer
 # releases only). Every TP rank may export the same figures: they are read per DP rank (max over
 # its label sets) and summed over DP ranks.
-SGLANG_RUNNING = "sglang:num_running_reqs"
 SGLANG_QUEUED = "sglang:num_queue_reqs"
 SGLANG_USED = "sglang:num_used_tokens"
 SGLANG_USAGE = "sglang:token_usage"
 SGLANG_POOL = "sglang:max_total_num_tokens"
-_SGLANG_SERIES = (SGLANG_RUNNING, SGLANG_QUEUED, SGLANG_USED, SGLANG_USAGE, SGLANG_POOL)
+_SGLANG_SERIES = (SGLANG_QUEUED, SGLANG_USED, SGLANG_USAGE, SGLANG_POOL)
 _SGLANG_NAMES = frozenset(_SGLANG_SERIES)
 _USED_SERIES = _VLLM_SERIES + _SGLANG_SERIES
 
@@ -52,7 +50,6 @@ class EngineLoad:
     """What the engine's /metrics says, summed over its engines (data-parallel ranks)."""
 
     kv_cache_usage_perc: float  # 0..1, fraction of KV blocks in use
-    num_requests_running: int
     num_requests_waiting: int
     pool_tokens: int | None  # num_gpu_blocks x block_size, from vllm:cache_config_info
     block_size: int = 16  # vLLM's GPU default; the CPU backend uses 128
@@ -89,7 +86,6 @@ def _parse_sglang(text: str) -> EngineLoad | None:
         usage = sum(ratios) / len(ratios) if ratios else 0.0
     return EngineLoad(
         usage,
-        int(total(SGLANG_RUNNING) or 0),
         int(total(SGLANG_QUEUED) or 0),
         int(pool) if pool else None,
         block_size=1,
@@ -105,7 +101,7 @@ def parse_engine_metrics(text: str) -> EngineLoad:
         if sglang is not None:
             return sglang
     usage: list[float] = []
-    running = waiting = 0
+    waiting = 0
     pool_tokens: int | None = None
     block_size = 16
     for line in text.splitlines():
@@ -119,8 +115,6 @@ def parse_engine_metrics(text: str) -> EngineLoad:
         name, labels, value = match.group(1), match.group(2) or "", match.group(3)
         if name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
             usage.append(float(value))
-        elif name == "vllm:num_requests_running":
-            running += int(float(value))
         elif name == "vllm:num_requests_waiting":
             waiting += int(float(value))
         elif name == "vllm:cache_config_info":
@@ -131,7 +125,7 @@ def parse_engine_metrics(text: str) -> EngineLoad:
                 pool_tokens = int(info["num_gpu_blocks"]) * block_size
     mean_usage = sum(usage) / len(usage) if usage else 0.0
     engine = "vllm" if "vllm:" in text else None
-    return EngineLoad(mean_usage, running, waiting, pool_tokens, block_size, engine)
+    return EngineLoad(mean_usage, waiting, pool_tokens, block_size, engine)
 
 
 class Replica:

@@ -28,8 +28,7 @@ from kvwise.gateway.asgi import HttpError, Scope
 from kvwise.gateway.metrics import Histogram
 from kvwise.gateway.upstream_http import UpstreamConnectionError
 from kvwise.live import histograms
-from kvwise.live.host import host_memory
-from kvwise.live.plan_check import departures
+from kvwise.live.status import status_document
 from kvwise.live.window import WINDOW_S, EngineWindow, parse_sample
 
 MIN_REFRESH_S = 1.0
@@ -114,14 +113,7 @@ class StatusBoard:
     def _compose(self) -> dict[str, Any]:
         replicas = [self._replica(r) for r in self.gateway.replicas]
         gateway = self._gateway_figures()
-        status = {
-            "source": "gateway",
-            "time_s": round(time.time(), 3),
-            "replicas": replicas,
-            "gateway": gateway,
-            "host": {"memory": host_memory(), "gpus": gpus.gpu_memory()},
-            "departures": departures(replicas),
-        }
+        status = status_document("gateway", replicas, gateway, gpus.gpu_memory())
         self.history.append(_history_point(status))
         status["history"] = list(self.history)
         return status

@@ -19,6 +19,7 @@ from kvwise.planner.defaults import resolve_flags, rules_for
 from kvwise.planner.kv import kv_dtype_bytes
 from kvwise.planner.sglang import SglangFlags, SglangPlan, plan_sglang
 from kvwise.planner.sglang.pool import cell_bytes
+from kvwise.planner.sglang.releases import release_key
 from kvwise.sim.calibrated import user_calibration
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.engine import EngineConfig
@@ -41,13 +42,6 @@ def _kv_bytes(model: ModelSpec, gpu: GpuSpec, flags: VllmFlags) -> int:
     return kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)
 
 
-def _release(version: str | None) -> tuple[int, ...] | None:
-    if version is None:
-        return None
-    core = version.lstrip("v").split("rc")[0].split(".post")[0]
-    return tuple(int(part) for part in core.split(".")[:3] if part.isdigit())
-
-
 def sglang_deployment(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -61,7 +55,9 @@ def sglang_deployment(
     result = plan_sglang(model, gpu, flags, sglang)
     if result.error is not None:
         raise InvalidFlagError(f"SGLang would not start: {result.error}")
-    policy = schedule_policy or default_schedule_policy(_release(sglang.version))
+    policy = schedule_policy or default_schedule_policy(
+        None if sglang.version is None else release_key(sglang.version)  # checked by the plan
+    )
     chunk = result.chunked_prefill_size
     engine = EngineConfig(
         num_gpu_blocks=result.max_total_num_tokens + 1,  # the block pool counts a null block

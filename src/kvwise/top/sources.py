@@ -7,7 +7,6 @@ planned pool is `--planned-kv-tokens` when given (no plan is known otherwise).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +14,7 @@ import httpx
 
 from kvwise.core import gpus
 from kvwise.errors import UsageError
-from kvwise.live.host import host_memory
-from kvwise.live.plan_check import departures
+from kvwise.live.status import status_document
 from kvwise.live.window import EngineWindow, parse_sample
 
 TIMEOUT_S = 3.0
@@ -76,14 +74,9 @@ def poll(client: httpx.Client, sources: list[Source], headers: dict[str, str]) -
                 replicas.append(_engine(client, source, headers))
         except (Unreachable, ValueError) as exc:
             unreachable.append(f"{exc}; retrying")
-    return {
-        "source": "gateway" if any(s.is_gateway for s in sources) else "engines",
-        "time_s": round(time.time(), 3),
-        "replicas": replicas,
-        "gateway": gateway,
-        "host": {"memory": host_memory(), "gpus": gpus.gpu_memory()},
-        "departures": departures(replicas),
-        "unreachable": unreachable,
+    kind = "gateway" if any(s.is_gateway for s in sources) else "engines"
+    return status_document(kind, replicas, gateway, gpus.gpu_memory()) | {
+        "unreachable": unreachable
     }
 
 

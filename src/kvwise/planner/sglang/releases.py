@@ -7,12 +7,11 @@ default `chunked_prefill_size` and `cuda_graph_max_bs` per card class.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
+from kvwise.core.data_files import read_json
 from kvwise.errors import UsageError
 
 MIB = 2**20
@@ -30,11 +29,11 @@ class SglangRelease:
 
 @cache
 def _table() -> dict[str, Any]:
-    text = resources.files("kvwise.core.data").joinpath("sglang_versions.json").read_text()
-    return dict(json.loads(text))
+    return dict(read_json("sglang_versions.json"))
 
 
-def _key(version: str) -> tuple[int, ...]:
+def release_key(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a release string: v0.5.2rc1, 0.4.6.post1 -> (0, 5, 2), (0, 4, 6)."""
     core = version.lstrip("v").split("rc")[0].split(".post")[0].split("+")[0]
     try:
         return tuple(int(part) for part in core.split(".")[:3])
@@ -48,10 +47,10 @@ def release_for(version: str | None) -> SglangRelease:
     if version is None:
         newest = families[-1]
         return SglangRelease(newest["family"], newest)
-    wanted = _key(version)
+    wanted = release_key(version)
     for family in families:
         last = family["last"]
-        if _key(family["first"]) <= wanted and (last is None or wanted <= _key(last)):
+        if release_key(family["first"]) <= wanted and (last is None or wanted <= release_key(last)):
             return SglangRelease(family["family"], family)
     known = ", ".join(f["family"] for f in families)
     raise UsageError(f"--sglang-version {version}: not modelled (families known: {known})")
@@ -72,7 +71,9 @@ def tp_buffer_constants() -> dict[str, Any]:
 
 def adjusts_multimodal(version: str | None) -> bool:
     """Whether this release lowers the default fraction for multimodal models (0.4.10+)."""
-    return version is None or _key(version) >= _key(str(_table()["multimodal_first_release"]))
+    return version is None or release_key(version) >= release_key(
+        str(_table()["multimodal_first_release"])
+    )
 
 
 def input_reserved_tokens() -> int:
