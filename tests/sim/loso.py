@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import statistics
 
+from kvwise.sim.bands import load_regime
 from tests.sim.fidelity import METRICS, Case, Outcome, Skipped, compare, run_case
 
 CONSUMER_PREFIXES = ("RTX",)
 REGIMES = ("low", "saturation", "overload")
-KEPT_UP = 0.9  # output throughput / offered load above which the server kept up
 
 
 def gpu_class(case: Case) -> str:
@@ -30,15 +30,15 @@ def gpu_class(case: Case) -> str:
 
 
 def regime(case: Case) -> str:
-    if case.is_overloaded:
-        return "overload"
-    w, m = case.workload, case.measured
-    if w.max_concurrency == 1:
-        return "low"
-    if w.request_rate and w.max_concurrency is None and m.output_throughput:
-        offered_tok_s = w.request_rate * w.output_len
-        return "low" if m.output_throughput >= KEPT_UP * offered_tok_s else "saturation"
-    return "saturation"
+    """The measured regime, by the rule a prediction's band is looked up with."""
+    w = case.workload
+    return load_regime(
+        case.is_overloaded,
+        w.max_concurrency,
+        w.request_rate,
+        w.output_len,
+        case.measured.output_throughput,
+    )
 
 
 def excluded(outcomes: list[Outcome], skipped: list[Skipped]) -> list[str]:

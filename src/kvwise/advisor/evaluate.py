@@ -13,6 +13,7 @@ from kvwise.advisor.candidates import Candidate
 from kvwise.core.gpus import GpuSpec
 from kvwise.errors import KvwiseError
 from kvwise.planner import Plan, plan
+from kvwise.sim.bands import bands_in, load_regime, predicts_overload
 from kvwise.sim.deploy import deployment
 from kvwise.sim.interconnect import Topology
 from kvwise.sim.runner import simulate
@@ -44,6 +45,8 @@ class Evaluation:
     metrics: dict[str, Any] | None  # None: vLLM would not start, nothing to simulate
     note: str = ""
     step_time: str = ""  # which step-time coefficients the simulation used (calibrated or shipped)
+    # per banded metric, its out-of-sample error band (kvwise.sim.bands, as JSON)
+    bands: dict[str, Any] | None = None
 
     @property
     def starts(self) -> bool:
@@ -119,7 +122,21 @@ def evaluate(
     metrics = dict(sim.metrics)
     for key in ("request_throughput", "output_throughput", "total_token_throughput"):
         metrics[key] = metrics[key] * candidate.replicas
-    return Evaluation(candidate, planned, metrics, step_time=deployed.coefficients_note)
+    return Evaluation(
+        candidate,
+        planned,
+        metrics,
+        step_time=deployed.coefficients_note,
+        bands=_bands(gpu, workload, metrics),
+    )
+
+
+def _bands(gpu: GpuSpec, workload: Workload, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The bands of the simulation's regime: a session workload is a closed loop (or open-loop
+    session starts), so it is low load only one session at a time, overload when it queues or
+    preempts, saturation otherwise."""
+    regime = load_regime(predicts_overload(metrics), workload.max_concurrency, None, 0, None)
+    return {m: b.as_json() for m, b in bands_in(gpu.name, regime).items()}
 
 
 def rank(evaluations: list[Evaluation], objectives: Objectives) -> list[Evaluation]:

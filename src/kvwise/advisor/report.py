@@ -170,6 +170,7 @@ def to_json(rec: Recommendation) -> dict[str, Any]:
             "meets_objectives": e.meets(rec.objectives) if rec.objectives.is_set else None,
             "flags": e.plan.to_json()["flags"],
             "predicted": _metrics_row(e),
+            "bands": e.bands,
             "commands": commands(e),
         }
 
@@ -236,8 +237,18 @@ COLUMNS: tuple[tuple[str, Callable[[Evaluation, Recommendation], str]], ...] = (
     ("TPOT ms", lambda e, rec: f"{_metrics_row(e)['mean_tpot_ms']:.1f}"),
     ("carried", lambda e, rec: f"{sessions_carried(e, rec)}/{len(rec.workload.sessions)}"),
     ("preempt", lambda e, rec: str(_metrics_row(e)["num_preemptions"])),
+    ("tok/s band", lambda e, rec: _band_cell(e, "output_throughput")),
 )
 CONFIGURATION_MIN_WIDTH = 18
+
+
+def _band_cell(evaluation: Evaluation, metric: str) -> str:
+    """ "-25…+12%": the p10…p90 out-of-sample error of this metric in this class and regime."""
+    cell = (evaluation.bands or {}).get(metric) or {}
+    low, high = cell.get("p10_relative_error"), cell.get("p90_relative_error")
+    return "n/a" if low is None or high is None else f"{low * 100:+.0f}…{high * 100:+.0f}%"
+
+
 CELL_PADDING = 3
 
 
@@ -259,6 +270,18 @@ def _table(rec: Recommendation, width: int) -> Any:
     return table
 
 
+def _band_note(best: Evaluation) -> str:
+    """The first configuration's bands, one line: what "predicted" is worth here."""
+    parts = []
+    for metric, cell in (best.bands or {}).items():
+        low, high = cell["p10_relative_error"], cell["p90_relative_error"]
+        figure = "no data" if low is None else f"{low:+.0%}…{high:+.0%}"
+        parts.append(f"{metric} {figure}")
+    cell = next(iter((best.bands or {}).values()), None)
+    where = f" ({cell['cell']}, n={cell['n']})" if cell else ""
+    return "80% of out-of-sample errors within: " + ", ".join(parts) + where
+
+
 def _min_width(columns: list[tuple[str, Any]]) -> int:
     return sum(
         (CONFIGURATION_MIN_WIDTH if name == "configuration" else len(name)) + CELL_PADDING
@@ -272,6 +295,7 @@ def render(rec: Recommendation, console: Any) -> None:
     console.print(_table(rec, console.width))
     if rec.best is not None:
         console.print(f"[dim]{rec.best.step_time}[/]", highlight=False)
+        console.print(f"[dim]{_band_note(rec.best)}[/]", highlight=False)
     console.print("[bold]Why:[/]")
     for line in reasons(rec):
         console.print(f"  - {line}", highlight=False)

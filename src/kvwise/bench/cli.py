@@ -189,7 +189,7 @@ async def _run_levels(
 def _with_predictions(
     results: BenchResults, args: argparse.Namespace, spec: WorkloadSpec
 ) -> BenchResults:
-    from kvwise.bench.predict import deployed, predict
+    from kvwise.bench.predict import deployed, judge_bands, predict
     from kvwise.core.catalog import load_model
     from kvwise.core.gpus import find_gpu
 
@@ -203,7 +203,11 @@ def _with_predictions(
     )
     runs = [
         run.model_copy(
-            update={"prediction": predict(replica, spec, run.max_concurrency, args.seed)}
+            update={
+                "prediction": judge_bands(
+                    run.metrics, predict(replica, spec, run.max_concurrency, args.seed)
+                )
+            }
         )
         for run in results.runs
     ]

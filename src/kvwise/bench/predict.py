@@ -19,6 +19,7 @@ from kvwise.bench.summary import COMPARED_KEYS
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
+from kvwise.sim.bands import bands_for
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimConfig, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
@@ -31,6 +32,7 @@ class Deployed:
 
     config: SimConfig
     coefficients_source: str  # the user's calibration, or the shipped set (sim.deploy says which)
+    gpu_name: str = ""  # the card simulated: its class picks the error bands
 
 
 def server_flags(flags: VllmFlags, server: ServerInfo) -> VllmFlags:
@@ -58,16 +60,36 @@ def deployed(
         coefficients=coefficients,
         num_gpu_blocks=server.num_gpu_blocks(),
     )
-    return Deployed(result.config, result.coefficients_note)
+    return Deployed(result.config, result.coefficients_note, gpu.name)
 
 
 def predict(
     replica: Deployed, spec: WorkloadSpec, max_concurrency: int | None, seed: int
 ) -> dict[str, Any]:
-    """simulate's metrics for the run bench made at this concurrency cap."""
-    workload = build_workload(replace(spec, max_concurrency=max_concurrency), random.Random(seed))
+    """simulate's metrics for the run bench made at this concurrency cap, with the out-of-sample
+    error band of each banded metric (`kvwise.sim.bands`)."""
+    capped = replace(spec, max_concurrency=max_concurrency)
+    workload = build_workload(capped, random.Random(seed))
     result = simulate(replica.config, workload, seed)
-    return dict(result.metrics) | {"coefficients": replica.coefficients_source}
+    metrics = dict(result.metrics)
+    found = bands_for(replica.gpu_name, capped, metrics)
+    return metrics | {
+        "coefficients": replica.coefficients_source,
+        "bands": {metric: b.as_json() for metric, b in found.items()},
+    }
+
+
+def judge_bands(measured: dict[str, Any], prediction: dict[str, Any]) -> dict[str, Any]:
+    """The prediction with, per band, the measurement's error and whether it fell inside
+    (`measured_inside`: None where the band has no out-of-sample data or nothing was measured)."""
+    errors = relative_errors(measured, prediction)
+    judged = {}
+    for metric, cell in prediction.get("bands", {}).items():
+        error = errors.get(metric)
+        low, high = cell["p10_relative_error"], cell["p90_relative_error"]
+        inside = None if error is None or low is None else bool(low <= error <= high)
+        judged[metric] = cell | {"measured_relative_error": error, "measured_inside": inside}
+    return prediction | {"bands": judged}
 
 
 def relative_errors(measured: dict[str, Any], predicted: dict[str, Any]) -> dict[str, float]:

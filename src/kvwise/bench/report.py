@@ -103,6 +103,30 @@ def terminal_report(results: BenchResults, console: Console) -> None:
             )
         if run.prediction is not None:
             console.print(f"{level_name(run)} prediction: {run.prediction['coefficients']}")
+            for line in band_verdicts(run):
+                console.print(f"  {line}", soft_wrap=True)
+
+
+def band_verdicts(run: RunResult) -> list[str]:
+    """Per banded metric: whether the measurement fell inside the prediction's band."""
+    lines = []
+    for metric, cell in ((run.prediction or {}).get("bands") or {}).items():
+        inside, error = cell.get("measured_inside"), cell.get("measured_relative_error")
+        low, high = cell["p10_relative_error"], cell["p90_relative_error"]
+        if low is None:
+            where = f"no out-of-sample data for {cell['gpu_class']} {cell['regime']}"
+        else:
+            where = (
+                f"80% of out-of-sample cases within {low:+.0%}…{high:+.0%}, "
+                f"{cell['cell']}, n={cell['n']}"
+            )
+        if inside is None:
+            verdict = "not judged" if error is None else "no band to judge by"
+        else:
+            verdict = "inside the band" if inside else "OUTSIDE the band"
+        shown = "not measured" if error is None else f"error {error:+.0%}"
+        lines.append(f"{metric}: {shown}, {verdict} ({where})")
+    return lines
 
 
 def _html_table(results: BenchResults) -> str:
