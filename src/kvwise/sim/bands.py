@@ -95,12 +95,6 @@ class Band:
     def known(self) -> bool:
         return self.low is not None and self.high is not None
 
-    def contains(self, relative_error: float) -> bool | None:
-        """Whether an error (predicted - measured) / measured is inside; None without data."""
-        if self.low is None or self.high is None:
-            return None
-        return self.low <= relative_error <= self.high
-
     def measured_range(self, predicted: float) -> tuple[float, float] | None:
         """The measurements the band allows for this prediction: predicted / (1 + error)."""
         if self.low is None or self.high is None or min(self.low, self.high) <= -1:
