@@ -1,6 +1,13 @@
 from __future__ import annotations
 
-from kvwise.gateway.sse import EventSplitter, ReplyCollector, carries_token, event_json, is_done
+from kvwise.gateway.sse import (
+    EventSplitter,
+    ReplyCollector,
+    carries_token,
+    count_token_events,
+    event_json,
+    is_done,
+)
 
 
 def test_events_are_cut_at_blank_lines_whatever_the_read_boundaries() -> None:
@@ -70,3 +77,24 @@ def test_the_reply_is_rebuilt_from_deltas_including_tool_calls() -> None:
             }
         ],
     }
+
+
+def test_the_relay_path_passes_whole_events_and_counts_tokens_without_parsing() -> None:
+    # What the relay sends past the first token: whole events only, whatever the read
+    # boundaries; a token count that skips [DONE], comments and the usage-only chunk, and is
+    # not fooled by `data: {` or the usage marker inside generated text.
+    stream = (
+        b'data: {"choices":[{"delta":{"content":"a"}}]}\r\n\r\n'
+        b": keep-alive\n\n"
+        b'data: {"choices":[{"delta":{"content":"data: {\\"choices\\":[]"}}]}\n\n'
+        b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    for step in (1, 7, 50, len(stream)):
+        splitter, relayed = EventSplitter(), []
+        for start in range(0, len(stream), step):
+            relayed.append(splitter.feed_joined(stream[start : start + step]))
+        assert b"".join(relayed) == stream.replace(b"\r\n", b"\n")
+        assert all(not part or part.endswith(b"\n\n") for part in relayed)
+        assert sum(count_token_events(part) for part in relayed) == 2
+        assert splitter.rest() == b""

@@ -101,3 +101,29 @@ async def wait_for_disconnect(receive: Receive) -> None:
     """Returns when the client goes away (call only after the body has been read)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def body_writer(send: Send) -> Callable[[bytes], bool] | None:
+    """Under uvicorn's httptools server, once a chunked response has started: a plain function
+    that writes one body chunk straight to the connection, framed as uvicorn's `send` frames
+    it, without the ASGI `send` coroutine and its message dict (the streaming relay's cost per
+    SSE event). It returns False, writing nothing, while uvicorn's flow control holds writes
+    back or the client is gone: `send` then does what it does. None for any other server
+    (h11, a test transport) or response."""
+    cycle: Any = getattr(send, "__self__", None)
+    if (
+        type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl"
+        or getattr(cycle, "chunked_encoding", None) is not True
+        or not getattr(cycle, "response_started", False)
+        or getattr(cycle, "response_complete", True)
+    ):
+        return None
+    transport, flow = cycle.transport, cycle.flow
+
+    def write(body: bytes) -> bool:
+        if flow.write_paused or cycle.disconnected:
+            return False
+        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    return write

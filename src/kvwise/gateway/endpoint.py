@@ -29,6 +29,7 @@ from kvwise.gateway.asgi import (
     Receive,
     Scope,
     Send,
+    body_writer,
     header,
     read_body,
     send_error,
@@ -350,8 +351,10 @@ class StreamRelay:
         self._record_overhead()
         try:
             if not self.stream.is_finished:
-                async for chunk in self.stream.chunks:
-                    await self._forward(self.stream.splitter.feed(chunk))
+                # In a task of its own: each chunk then resumes only the relay's few frames, not
+                # the whole ASGI call chain above this one. Awaiting a task passes a
+                # cancellation (the client went away) on to it, and its exceptions back.
+                await asyncio.ensure_future(self._relay_rest())
             tail = self.stream.splitter.rest()
             if tail:
                 await self._forward([tail])
@@ -375,21 +378,33 @@ class StreamRelay:
         exchange._record_latency(200)
         self._record_token_times()
 
+    async def _relay_rest(self) -> None:
+        """Every chunk after the first token's. Past the first token, with no reply to store,
+        a chunk's complete events go out as one bytes object, counted for the metrics without
+        being split or parsed: most chunks take this path."""
+        chunks, splitter, send = self.stream.chunks, self.stream.splitter, self.exchange.send
+        is_plain = self.collector is None and self.first_token_s is not None
+        perf_counter, count_token_events = time.perf_counter, sse.count_token_events
+        write = body_writer(send)
+        async for chunk in chunks:
+            if not is_plain:
+                await self._forward(splitter.feed(chunk))
+                is_plain = self.collector is None and self.first_token_s is not None
+                continue
+            events = splitter.feed_joined(chunk)
+            if not events:
+                continue
+            num_token_events = count_token_events(events)
+            if num_token_events:
+                self.num_token_events += num_token_events
+                self.last_token_s = perf_counter()
+            if write is None or not write(events):
+                await send({"type": "http.response.body", "body": events, "more_body": True})
+
     async def _forward(self, events: list[bytes]) -> None:
         if not events:
             return
         now_s = time.perf_counter()
-        if self.collector is None and self.first_token_s is not None:
-            # Past the first token and no reply to store: nothing to wait for before sending,
-            # and counting is all the metrics need (no JSON). Most events take this path.
-            await self.exchange.send(
-                {"type": "http.response.body", "body": b"".join(events), "more_body": True}
-            )
-            num_token_events = sum(1 for event in events if _is_token_event(event))
-            if num_token_events:
-                self.num_token_events += num_token_events
-                self.last_token_s = now_s
-            return
         is_last = any(sse.is_done(event) for event in events)
         if is_last:  # the turn is stored from every chunk before [DONE] reaches the client
             self._observe_all(events, now_s)

@@ -29,6 +29,24 @@ class EventSplitter:
         self._pending = events.pop()
         return [event + b"\n\n" for event in events if event]
 
+    def feed_joined(self, chunk: bytes) -> bytes:
+        """As `feed`, the complete events joined (b"" when none): one bytes object to relay,
+        without a list or a copy per event. Blank lines between events are kept (an SSE client
+        ignores them); what `feed` returns joined otherwise."""
+        data = self._pending + chunk if self._pending else chunk
+        if data.find(b"\r") >= 0:
+            data = data.replace(b"\r\n", b"\n")
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            self._pending = data
+            return b""
+        end += 2
+        if end == len(data):
+            self._pending = b""
+            return data
+        self._pending = data[end:]
+        return data[:end]
+
     def rest(self) -> bytes:
         """Whatever arrived without a closing blank line (a truncated stream)."""
         rest, self._pending = self._pending, b""
@@ -67,6 +85,15 @@ def carries_token(payload: dict[str, Any]) -> bool:
         ):
             return True
     return False
+
+
+def count_token_events(events: bytes) -> int:
+    """JSON `data:` events in a run of complete events, the usage-only closing chunk not
+    counted, without splitting or parsing them. A newline inside JSON is escaped, so a
+    blank line then `data: {` only ever starts an event, and a quote inside a JSON string is escaped, so the
+    usage-only marker cannot appear in generated text."""
+    count = events.count(b"\n\ndata: {") + events.startswith(b"data: {")
+    return count - events.count(b'"choices":[]') - events.count(b'"choices": []')
 
 
 def is_usage_only(event: bytes) -> bool:

@@ -166,12 +166,20 @@ class _Connection(asyncio.Protocol):
 
     async def read_some(self, max_bytes: int) -> bytes:
         """What has arrived (at most `max_bytes`), waiting if nothing has; b"" at the end."""
-        while not self._buffer:
+        while (data := self.take(max_bytes)) is None:
+            await self._more()
+        return data
+
+    def take(self, max_bytes: int) -> bytes | None:
+        """What has arrived (at most `max_bytes`); b"" at the end; None when nothing has yet
+        (then wait on `_more()`). A plain function: a reader that awaits `_more()` itself
+        is resumed without one more coroutine frame per SSE event."""
+        if not self._buffer:
             if self._is_eof:
                 if self._error is not None:
                     raise self._error
                 return b""
-            await self._more()
+            return None
         if len(self._buffer) <= max_bytes:
             data = bytes(self._buffer)
             self._buffer.clear()
@@ -237,7 +245,8 @@ class UpstreamResponse:
                 # every complete chunk in a read at once: one relay `send` for a burst of events
                 pending, is_last = b"", False
                 while not is_last:
-                    data = await connection.read_some(MAX_READ_BYTES)
+                    while (data := connection.take(MAX_READ_BYTES)) is None:
+                        await connection._more()
                     if not data:
                         raise asyncio.IncompleteReadError(pending, None)
                     pieces, pending, is_last = _decode_chunks(pending + data if pending else data)
