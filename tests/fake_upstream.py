@@ -137,10 +137,17 @@ class FakeUpstream:
         self.num_running += 1
         self.peak_running = max(self.peak_running, self.num_running)
         try:
-            # as vLLM and SGLang (ChatCompletionRequest.to_sampling_params): the newer one wins
-            limit = request.get("max_completion_tokens") or request.get("max_tokens") or 16
-            num_tokens = int(limit)  # type: ignore[call-overload]
+            # as vLLM and SGLang (ChatCompletionRequest.to_sampling_params): the newer one wins;
+            # a completion request has no max_completion_tokens (vLLM ignores the field there)
             is_chat = path.endswith("chat/completions")
+            newer = request.get("max_completion_tokens") if is_chat else None
+            limit = newer or request.get("max_tokens") or 16
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                # vLLM validates the body (pydantic) and answers 400, as the gateway relays
+                error = b'{"error": {"message": "max_tokens: not an integer", "code": 400}}'
+                self._write_plain(writer, 400, error, "application/json")
+                return True
+            num_tokens = limit
             if request.get("stream"):
                 options = request.get("stream_options")
                 include_usage = isinstance(options, dict) and bool(options.get("include_usage"))

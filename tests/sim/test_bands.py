@@ -182,7 +182,7 @@ def test_the_table_prints_each_prediction_with_its_band(capsys: pytest.CaptureFi
     assert "error bands (overload regime):" in out
     cell = shipped()["cells"]["datacenter/overload"]["output_throughput"]
     expected = (
-        f"(80% of out-of-sample cases within {cell['p10']:+.0%}…{cell['p90']:+.0%}, "
+        f"(80% of out-of-sample cases within {cell['p10']:+.0%} to {cell['p90']:+.0%}, "
         f"datacenter/overload, n={cell['n']})"
     )
     assert re.search(r"output [\d,]+ tok/s " + re.escape(expected), out)

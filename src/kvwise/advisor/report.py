@@ -243,10 +243,10 @@ CONFIGURATION_MIN_WIDTH = 18
 
 
 def _band_cell(evaluation: Evaluation, metric: str) -> str:
-    """ "-25…+12%": the p10…p90 out-of-sample error of this metric in this class and regime."""
+    """ "-25 to +12%": the p10 to p90 out-of-sample error of this metric in this class and regime."""
     cell = (evaluation.bands or {}).get(metric) or {}
     low, high = cell.get("p10_relative_error"), cell.get("p90_relative_error")
-    return "n/a" if low is None or high is None else f"{low * 100:+.0f}…{high * 100:+.0f}%"
+    return "n/a" if low is None or high is None else f"{low * 100:+.0f} to {high * 100:+.0f}%"
 
 
 CELL_PADDING = 3
@@ -275,7 +275,7 @@ def _band_note(best: Evaluation) -> str:
     parts = []
     for metric, cell in (best.bands or {}).items():
         low, high = cell["p10_relative_error"], cell["p90_relative_error"]
-        figure = "no data" if low is None else f"{low:+.0%}…{high:+.0%}"
+        figure = "no data" if low is None else f"{low:+.0%} to {high:+.0%}"
         parts.append(f"{metric} {figure}")
     cell = next(iter((best.bands or {}).values()), None)
     where = f" ({cell['cell']}, n={cell['n']})" if cell else ""

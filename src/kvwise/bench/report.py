@@ -117,7 +117,7 @@ def band_verdicts(run: RunResult) -> list[str]:
             where = f"no out-of-sample data for {cell['gpu_class']} {cell['regime']}"
         else:
             where = (
-                f"80% of out-of-sample cases within {low:+.0%}…{high:+.0%}, "
+                f"80% of out-of-sample cases within {low:+.0%} to {high:+.0%}, "
                 f"{cell['cell']}, n={cell['n']}"
             )
         if inside is None:

@@ -106,7 +106,7 @@ class Band:
             return f"no out-of-sample data for {self.gpu_class} {self.regime}"
         assert self.low is not None and self.high is not None
         return (
-            f"80% of out-of-sample cases within {self.low:+.0%}…{self.high:+.0%}, "
+            f"80% of out-of-sample cases within {self.low:+.0%} to {self.high:+.0%}, "
             f"{self.cell}, n={self.n}"
         )
 

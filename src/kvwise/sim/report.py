@@ -106,7 +106,7 @@ BAND_LABELS = {
 
 
 def band_line(metric: str, predicted: float, b: Band) -> str:
-    """ "output 944 tok/s (80% of out-of-sample cases within -25%…+12%, datacenter/overload, n=156)"."""
+    """ "output 944 tok/s (80% of out-of-sample cases within -25% to +12%, datacenter/overload, n=156)"."""
     name, unit, fmt = BAND_LABELS[metric]
     return f"{name} {fmt.format(predicted)} {unit} ({b.text()})"
 
