@@ -150,9 +150,12 @@ def test_calibrated_simulation_is_closer_to_the_cpu_engine(
     shipped = deployed(model, gpu, TINY_FLAGS, held_out.server, coefficients=coefficients_for(gpu))
     calibrated = deployed(model, gpu, TINY_FLAGS, held_out.server)
     assert calibrated.coefficients_source.startswith("calibrated")
-    # E2E and throughput: timed even when the busy engine streams an answer in one burst
-    judged = ("mean_e2el_ms", "output_throughput")
-    shown = ("mean_ttft_ms", "mean_tpot_ms", *judged)
+    # all four figures a user reads: since the shipped RTX 4090 set was refitted (GPU families,
+    # 2026-12-02) its fixed per-step costs happen to land within 6 % of this tiny model's E2E and
+    # throughput on the CPU engine while its TTFT and TPOT are 80-115 % off, so E2E and
+    # throughput alone no longer tell a calibration from a coincidence
+    judged = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "output_throughput")
+    shown = judged
     errors = {}
     for name, replica in (("shipped", shipped), ("calibrated", calibrated)):
         predicted = predict(replica, spec, run.max_concurrency, held_out.seed)
