@@ -49,15 +49,23 @@ async def list_replicas(request: Request) -> Response:
     return denial or JSONResponse({"replicas": gateway.membership.describe()})
 
 
-async def add_replica(request: Request) -> Response:
+async def _admin_url(request: Request) -> tuple[Any, str] | Response:
+    """(the gateway, the URL in the body) for an admin, else the response that refuses."""
     gateway = request.app.state.gateway
     denial = _denial(gateway, request)
     if denial is not None:
         return denial
     try:
-        url = await _url(request)
+        return gateway, await _url(request)
     except HttpError as exc:
         return JSONResponse(exc.body(), exc.status)
+
+
+async def add_replica(request: Request) -> Response:
+    found = await _admin_url(request)
+    if isinstance(found, Response):
+        return found
+    gateway, url = found
     state = await gateway.membership.add(url)
     return JSONResponse(
         {"url": url.rstrip("/"), "state": state}, 200 if state == "serving" else 202
@@ -65,14 +73,10 @@ async def add_replica(request: Request) -> Response:
 
 
 async def drain_replica(request: Request) -> Response:
-    gateway = request.app.state.gateway
-    denial = _denial(gateway, request)
-    if denial is not None:
-        return denial
-    try:
-        url = await _url(request)
-    except HttpError as exc:
-        return JSONResponse(exc.body(), exc.status)
+    found = await _admin_url(request)
+    if isinstance(found, Response):
+        return found
+    gateway, url = found
     url = url.rstrip("/")
     known = {r.url for r in gateway.replicas} | set(gateway.membership.pending)
     if url not in known:
