@@ -257,3 +257,15 @@ def test_minicpm_v_other_versions_are_refused_naming_the_version(version: object
         config["version"] = version
     with pytest.raises(UnsupportedModelError, match="not modelled: MiniCPM-V version"):
         spec_from_config(config, "openbmb/MiniCPM-V")
+
+
+def test_granite_plans_like_llama_with_its_published_size() -> None:
+    # ibm-granite/granite-3.1-8b-instruct's config.json as published (tests/data/hub_cache, source
+    # in its SOURCE.md): the hub page gives 8.17B parameters, and vLLM 0.19.0 logged 15.25 GiB of
+    # bfloat16 weights for it (in-sample record llmd-granite-31-8b-h100-tp1-8k).
+    folder = Path(__file__).parents[1] / "data/hub_cache/models--ibm-granite--granite-3.1-8b-instruct"
+    config = json.loads(next(folder.glob("snapshots/*/config.json")).read_text())
+    spec = spec_from_config(config, "ibm-granite/granite-3.1-8b-instruct")
+    assert (spec.num_layers, spec.num_kv_heads, spec.tie_word_embeddings) == (40, 8, True)
+    assert abs(count_params(spec) / 1e9 - 8.17) / 8.17 < 0.005
+    assert abs(count_params(spec) * 2 / 2**30 - 15.25) < 0.05

@@ -34,7 +34,7 @@ def test_in_sample_figures_hold(fidelity_report: list[str]) -> None:
     scored = score_all(load(IN_SAMPLE))
     fidelity_report.extend(report_lines("planner in-sample", scored))
     planned, median_error, verdicts = _figures(scored)
-    assert planned >= 23  # measured 24 of 42
+    assert planned >= 24  # measured 25 of 42
     assert median_error <= 0.01
     assert verdicts >= 0.9
 

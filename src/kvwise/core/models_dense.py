@@ -83,6 +83,14 @@ def gemma3(cfg: dict[str, Any]) -> dict[str, Any]:
     return fields | {"layer_types": layer_types, "has_qk_norm": True}
 
 
+def granite(cfg: dict[str, Any]) -> dict[str, Any]:
+    """IBM Granite 3.x (vLLM's `GraniteForCausalLM`, model_executor/models/granite.py): Llama's
+    layers with scalar multipliers on embeddings, attention, residuals and logits, which hold no
+    memory; the bias on q/k/v/o follows `attention_bias` as in Llama. `mlp_bias` adds a bias to the
+    MLP projections (a few MiB), which is not counted."""
+    return llama(cfg)
+
+
 def internlm2(cfg: dict[str, Any]) -> dict[str, Any]:
     bias = bool(_get(cfg, "bias", default=False))
     return _base_fields(cfg) | {"has_qkv_bias": bias, "has_o_bias": bias}
@@ -144,6 +152,7 @@ DENSE_ARCHITECTURES: dict[str, Reader] = {
     "ChatGLMModel": chatglm,
     "ChatGLMForConditionalGeneration": chatglm,
     "Glm4ForCausalLM": llama,
+    "GraniteForCausalLM": granite,
     "BaichuanForCausalLM": baichuan,
     "QWenLMHeadModel": qwen_v1,
 }
