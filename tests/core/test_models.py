@@ -263,7 +263,9 @@ def test_granite_plans_like_llama_with_its_published_size() -> None:
     # ibm-granite/granite-3.1-8b-instruct's config.json as published (tests/data/hub_cache, source
     # in its SOURCE.md): the hub page gives 8.17B parameters, and vLLM 0.19.0 logged 15.25 GiB of
     # bfloat16 weights for it (in-sample record llmd-granite-31-8b-h100-tp1-8k).
-    folder = Path(__file__).parents[1] / "data/hub_cache/models--ibm-granite--granite-3.1-8b-instruct"
+    folder = (
+        Path(__file__).parents[1] / "data/hub_cache/models--ibm-granite--granite-3.1-8b-instruct"
+    )
     config = json.loads(next(folder.glob("snapshots/*/config.json")).read_text())
     spec = spec_from_config(config, "ibm-granite/granite-3.1-8b-instruct")
     assert (spec.num_layers, spec.num_kv_heads, spec.tie_word_embeddings) == (40, 8, True)
