@@ -181,7 +181,12 @@ def _startup_error(
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
     warmup = memory.warmup_bytes(model, gpu, resolved, rules, kv.num_gpu_blocks)
-    if rules.engine == "V1" and warmup > outside - graph_excess:
+    room = outside - graph_excess
+    if memory.uses_v2_runner(model, rules):
+        # Model Runner V2: the whole warm-up transient against the device's free memory after
+        # the pool, which includes the profile's released transient peak (memory.py)
+        room += memory.released_profile_peak_bytes(model, gpu, resolved, rules)
+    if rules.engine == "V1" and warmup > room:
         return errors_text.sampler_warmup_oom(resolved)
     return None
 
