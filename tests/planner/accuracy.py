@@ -213,6 +213,7 @@ def record_flags(record: dict[str, Any]) -> VllmFlags:
         pipeline_parallel_size=record.get("pipeline_parallel_size"),
         enforce_eager=record.get("enforce_eager"),
         block_size=record.get("block_size"),
+        enable_prefix_caching=record.get("enable_prefix_caching"),
         quantization=_plain(record.get("quantization") or "") or None,
         dtype=_plain(record.get("dtype") or "") or None,
     )

@@ -48,10 +48,11 @@ def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> Non
     # "not modelled" for graph capture, one is a host-side failure with no host RAM
     assert planned >= 30
     # measured 5.0 % over 14 cases with a logged token count; under 4 % over 12 before the two
-    # Qwen3.6-35B-A3B NVFP4 records became plannable (each +18 %: mamba-state prefix caching,
-    # which they turn on, is not modelled and the plan says so)
+    # Qwen3.6-35B-A3B NVFP4 records became plannable (each +13 % with the prefix caching they
+    # state: 'align' mode's two state pages per request; +18 % with one page)
     assert median_error <= 0.055
-    assert verdicts >= 0.6  # measured 22 of 32
+    # measured 26 of 32 (22 before the V2 warm-up counted the released profile peak)
+    assert verdicts >= 0.75
     # a case that cannot be planned says why in one line (the planner's own error), never a crash
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
 

@@ -267,3 +267,38 @@ def test_mla_before_its_latent_cache_holds_k_and_v_per_head() -> None:
     assert weight_bytes_per_rank(model) / GIB == pytest.approx(29.30, abs=0.05)
     latent = for_release(load_model("deepseek-ai/DeepSeek-V2-Lite-Chat"), "0.7.3")
     assert kv_layout(latent, tp=1, pp=1, block_size=16, dtype_bytes=2).bytes_per_token == 31_104
+
+
+def _hybrid_plan(config: dict, version: str, **flags: object):  # type: ignore[no-untyped-def]
+    from kvwise.core.flags import VllmFlags
+    from kvwise.core.gpus import find_gpu
+    from kvwise.planner import plan
+
+    model = spec_from_config(config, str(config["architectures"][0]))
+    vllm_flags = VllmFlags(tensor_parallel_size=2, max_model_len=2048, **flags)  # type: ignore[arg-type]
+    return plan(model, find_gpu("H200"), vllm_flags, vllm_version=version)
+
+
+def test_prefix_caching_keeps_two_state_pages_per_request_in_align_mode() -> None:
+    # 0.26+: prefix caching is on by default for hybrid models (ModelConfig.
+    # is_prefix_caching_supported); 0.28 MambaModelConfig sets mamba_cache_mode "align", and
+    # MambaSpec.max_memory_usage_bytes holds 2 state pages per request instead of 1: one more
+    # block per mamba group (Qwen3-Next: 3 DeltaNet groups) in every request's share of the pool
+    default = _hybrid_plan(QWEN3_NEXT, "0.28.0")
+    without = _hybrid_plan(QWEN3_NEXT, "0.28.0", enable_prefix_caching=False)
+    assert default.kv.blocks_per_request == without.kv.blocks_per_request + 3
+    assert default.kv.max_concurrency < without.kv.max_concurrency
+    # 0.25: hybrids had no prefix caching by default: one state page
+    assert _hybrid_plan(QWEN3_NEXT, "0.25.0").kv.blocks_per_request == without.kv.blocks_per_request
+
+
+def test_mamba_all_mode_is_refused_and_no_prefix_caching_plans() -> None:
+    from kvwise.errors import UnsupportedModelError
+
+    # 0.26-0.27: Nemotron-H has SupportsMambaPrefixCaching, so prefix caching means "all" mode
+    # (a state page per block, chunk-aligned blocks), which kvwise does not size
+    with pytest.raises(UnsupportedModelError, match="not modelled: mamba_cache_mode 'all'"):
+        _hybrid_plan(_nemotron_h_like(), "0.27.0")
+    assert _hybrid_plan(_nemotron_h_like(), "0.27.0", enable_prefix_caching=False).starts
+    # 0.28: every hybrid gets "align"
+    assert _hybrid_plan(_nemotron_h_like(), "0.28.0").starts

@@ -73,10 +73,10 @@ def test_v2_warmup_samples_min_seqs_and_half_the_batch_with_flashinfer(
     version: str, bytes_per_logit: int
 ) -> None:
     # warmup_kernels: min(max_num_seqs, max_num_batched_tokens // 2) requests of 2 prompt tokens;
-    # 9/14 of the transient must find room outside the budget (the V1 runner's fitted share)
+    # all of the transient must find free memory (no fitted share on Model Runner V2)
     rows = min(256, 300 // 2)
     got = _warmup(LLAMA8, "rtx4090", version, max_num_seqs=256, max_num_batched_tokens=300)
-    assert abs(got - 9 / 14 * bytes_per_logit * rows * LLAMA_VOCAB) <= 1
+    assert abs(got - bytes_per_logit * rows * LLAMA_VOCAB) <= 1
 
 
 def test_0_22_warmup_uses_triton_top_k_top_p_and_its_per_program_buffer() -> None:
@@ -85,9 +85,36 @@ def test_0_22_warmup_uses_triton_top_k_top_p_and_its_per_program_buffer() -> Non
     # assumed)
     vocab = load_model("Qwen/Qwen3-8B").vocab_size
     got = _warmup("Qwen/Qwen3-8B", "rtx4090", "0.22.0", max_num_seqs=256)
-    assert abs(got - (9 / 14 * 6 * 256 + 4 * 128) * vocab) <= 1
+    assert abs(got - (6 * 256 + 4 * 128) * vocab) <= 1
 
 
 def test_v2_warmup_without_flashinfer_on_rocm_falls_back_to_triton() -> None:
     got = _warmup(LLAMA8, "mi300x", "0.29.0", max_num_seqs=64, max_num_batched_tokens=8192)
-    assert abs(got - (9 / 14 * 6 * 64 + 4 * 64) * LLAMA_VOCAB) <= 1
+    assert abs(got - (6 * 64 + 4 * 64) * LLAMA_VOCAB) <= 1
+
+
+def _l4_plan(**flags: object) -> Plan:
+    return plan(
+        load_model("Qwen/Qwen3-14B-AWQ"),
+        find_gpu("L4"),
+        VllmFlags(**flags),  # type: ignore[arg-type]
+        vllm_version="0.28.0",
+    )
+
+
+def test_v2_warmup_finds_the_profile_peak_released_before_the_pool() -> None:
+    # 0.28, Qwen3-14B-AWQ on one L4 at the default 0.92: free - budget (1.26 GiB) less the graph
+    # pool (0.94) leaves less than the warm-up's 256 x 151,936 logits x 14 bytes (0.51 GiB), but
+    # the pool is sized after memory_profiling released the profile's transient peak, so the
+    # device has that peak free again and vLLM starts (four such runs in public logs did).
+    result = _l4_plan()
+    mem = result.memory
+    beside = mem.total_bytes - 0.5 * 2**30 - mem.budget_bytes - mem.cuda_graph_bytes
+    assert beside < 14 * 256 * 151_936
+    assert result.starts
+
+
+def test_v2_warmup_oom_above_the_released_peak_is_fixed_by_fewer_max_num_seqs() -> None:
+    result = _l4_plan(gpu_memory_utilization=0.93)
+    assert result.error is not None and result.error.kind == "cuda_oom_sampler_warmup"
+    assert _l4_plan(gpu_memory_utilization=0.93, max_num_seqs=128).starts

@@ -40,12 +40,14 @@ NOT_MODELLED_ARCHITECTURES = {
 
 # vLLM 0.24.0: with --enable-prefix-caching, MambaModelConfig sets mamba_cache_mode 'all' for
 # models that declare SupportsMambaPrefixCaching and 'align' otherwise (Qwen3.5, Qwen3-Next);
-# kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 'align' holds 2 state pages per request
-# and state group, 'all' one per block of max_model_len; 'none' (no prefix caching) holds 1
+# 0.28 'align' for all. kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 'align' holds 2
+# state pages per request and state group, 'all' one per block of max_model_len, 'none' 1. The
+# planner sizes 'none' and 'align' and refuses 'all' (planner/kv_mamba.py); 0.32's MambaSpec adds
+# num_prefill_checkpoint_blocks in 'align' (1 for MambaMixer2 layers), not sized.
 MAMBA_PREFIX_CACHING_NOT_MODELLED = (
-    "mamba/linear-attention state with prefix caching (--enable-prefix-caching sets "
-    "mamba_cache_mode 'align', 2 state pages per request and state group, or 'all', one per "
-    "block): planned with one state page per request"
+    "mamba/linear-attention state with prefix caching: the prefill checkpoint block vLLM 0.32 "
+    "adds per request for Mamba2 mixers in mamba_cache_mode 'align' ('none' and 'align' are "
+    "sized, 'all' is refused)"
 )
 
 

@@ -80,6 +80,8 @@ class VersionRules:
     kv_cache_dtypes: tuple[str, ...]  # --kv-cache-dtype choices of the release
     has_auto_max_model_len: bool
     auto_dtype_avoids_bf16: bool  # dtype "auto" falls back to fp16 where bf16 is unsupported
+    hybrid_default_prefix_caching: bool  # prefix caching on by default for mamba hybrids (0.26+)
+    mamba_prefix_cache_mode: str  # mamba_cache_mode prefix caching sets (see kv_mamba.py)
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -390,7 +392,7 @@ def resolve_flags(
         enforce_eager=bool(flags.enforce_eager),
         block_size=flags.block_size or DEFAULT_BLOCK_SIZE,
         enable_prefix_caching=(
-            rules.default_prefix_caching
+            _default_prefix_caching(model, rules)
             if flags.enable_prefix_caching is None
             else flags.enable_prefix_caching
         ),
@@ -406,6 +408,14 @@ def resolve_flags(
         lora_dtype=flags.lora_dtype,
         extra_args=flags.extra_args or (),
     )
+
+
+def _default_prefix_caching(model: ModelSpec, rules: VersionRules) -> bool:
+    # config/model.py:ModelConfig.is_prefix_caching_supported: off for mamba / linear-attention
+    # hybrids until 0.25, on from 0.26
+    if model.mamba is not None:
+        return rules.default_prefix_caching and rules.hybrid_default_prefix_caching
+    return rules.default_prefix_caching
 
 
 def quant_for(model: ModelSpec, resolved: ResolvedFlags) -> Any:

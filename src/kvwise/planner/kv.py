@@ -32,6 +32,7 @@ class KvLayout:
     groups: tuple[KvGroup, ...]
     page_bytes: int  # one layer's page: block_size tokens of K and V (or one padded mamba state)
     block_size: int
+    mamba_pages_per_request: int = 1  # state pages a request holds per mamba layer (cache mode)
 
     @property
     def bytes_per_block(self) -> int:
@@ -82,6 +83,7 @@ def kv_layout(
     block_size: int,
     dtype_bytes: int,
     is_hybrid_manager: bool = True,
+    mamba_pages_per_request: int = 1,
 ) -> KvLayout:
     """KV-cache groups and page size on the most loaded rank."""
     per_token = attention_page_bytes_per_token(model, tp, dtype_bytes)
@@ -95,7 +97,8 @@ def kv_layout(
     counts = _group_layers(types)
     if len(counts) == 1 or (not is_hybrid_manager and MAMBA not in counts):
         kind = next(iter(counts)) if len(counts) == 1 else FULL
-        return KvLayout((KvGroup(kind, len(types), _window(model, kind)),), page, block_size)
+        group = KvGroup(kind, len(types), _window(model, kind))
+        return KvLayout((group,), page, block_size, mamba_pages_per_request)
     smallest, largest = min(counts.values()), max(counts.values())
     # group size: the smallest bucket, or the largest when buckets are within 1.5x of each other
     group_size = largest if largest < 1.5 * smallest else smallest
@@ -103,7 +106,7 @@ def kv_layout(
     for kind in (FULL, SLIDING, MAMBA):
         num_groups = -(-counts.get(kind, 0) // group_size)
         groups += [KvGroup(kind, group_size, _window(model, kind))] * num_groups
-    return KvLayout(tuple(groups), page, block_size)
+    return KvLayout(tuple(groups), page, block_size, mamba_pages_per_request)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -120,7 +123,8 @@ def blocks_per_request(layout: KvLayout, max_model_len: int, max_num_batched_tok
             tokens = min(group.sliding_window - 1 + in_flight, max_model_len)
             total += cdiv(tokens, layout.block_size) + 1
         elif group.kind == MAMBA:
-            total += 1  # MambaSpec without prefix caching: one state page per request
+            # MambaSpec.max_memory_usage_bytes: 1 page ("none"), 2 ("align", prefix caching)
+            total += layout.mamba_pages_per_request
         else:
             total += cdiv(max_model_len, layout.block_size)
     return total

@@ -99,10 +99,20 @@ GRAPH_ESTIMATE_FRACTION = 0.8
 # Sampler warm-up after the KV pool is allocated: a transient of ~9 bytes per logit must fit in
 # what is left outside the budget (gpt-oss-20b at 0.95 on H100 failed with 1.6 GiB left for a
 # 1024 x 201,088 logit warm-up; gemma-3-27b started with 2.3 GiB left for 1024 x 262,208).
-# Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile.
-# Model Runner V2's warm-up transient is read from source (below); the same 9/14 share of it is
-# taken to need room outside the budget (no V2 warm-up log has been available to check it).
+# Scaled with the release's sampler cost: 9 of the 14 bytes per logit of the 0.19 profile. This
+# share is the V1 runner's fit only: Model Runner V2's warm-up is sized from source (below).
 WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
+# Model Runner V2 (0.22+): vLLM runs no check before the warm-up; warmup_kernels (after the KV
+# pool and the graph capture, v1/worker/gpu_worker.py:compile_or_warm_up_model) simply allocates,
+# and fails when its tensors exceed the device's free memory. That free memory follows from the
+# budget arithmetic (v0.27.0+ utils/mem_utils.py:memory_profiling and
+# v1/worker/gpu_worker.py:determine_available_memory): the pool is requested - total_consumed -
+# transient_peak_headroom, and total_consumed is the free memory lost since the snapshot, so once
+# the pool is allocated the device has snapshot free - requested + transient_peak_headroom free:
+# the profile's transient peak is inside the budget but was released by memory_profiling's
+# empty_cache() (0.22-0.26: torch_peak_increase, the same transient plus what the profile kept).
+# So the whole V2 warm-up transient read from source must fit in free - budget - graph pool +
+# the released profile peak; no share of it is fitted.
 # Model Runner V2 (0.22+) samples with its own Sampler (vllm/v1/worker/gpu/sample/sampler.py), read
 # from source: the [rows, vocab] tensors alive at its peak are named per release in the rules
 # (`v2_profile_sampler_tensors`, `v2_warmup_sampler_tensors`); bytes per logit of each (None: the
@@ -381,9 +391,8 @@ def _v2_warmup_bytes(
     if not any(t.startswith("flashinfer_") for t in tensors) and rows >= TRITON_TOPK_MIN_ROWS:
         # apply_top_k_top_p_triton's per-program buffer, first allocated here and kept
         triton_rows = min(1 << (min(rows, ASSUMED_NUM_SMS) - 1).bit_length(), ASSUMED_NUM_SMS)
-    # the same share of the transient as the V1 runner's warm-up needs outside the budget
-    transient = WARMUP_SHARE_OF_SAMPLER * per_logit * rows * model.vocab_size
-    return int(transient + 4 * triton_rows * model.vocab_size)
+    # every tensor alive at the warm-up sampler's peak (see V2_SAMPLER_TENSOR_BYTES)
+    return int(per_logit * rows * model.vocab_size + 4 * triton_rows * model.vocab_size)
 
 
 def warmup_bytes(
@@ -393,8 +402,24 @@ def warmup_bytes(
     rules: VersionRules,
     num_gpu_blocks: int,
 ) -> int:
-    """Transient the sampler warm-up needs after the KV pool is allocated."""
+    """Transient the sampler warm-up needs after the KV pool is allocated (V1 runner: the
+    fitted share that must fit beside the budget; Model Runner V2: all of it, to fit beside the
+    budget plus the released profile peak, `released_profile_peak_bytes`)."""
     if uses_v2_runner(model, rules):
         return _v2_warmup_bytes(model, gpu, resolved, rules, num_gpu_blocks)
     per_logit = WARMUP_SHARE_OF_SAMPLER * rules.sampler_bytes_per_logit
     return int(per_logit * _sampler_rows(resolved) * model.vocab_size)
+
+
+def released_profile_peak_bytes(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> int:
+    """The profile run's transient peak: charged to the budget, but freed and released (by
+    memory_profiling's empty_cache) before the KV pool is allocated, so free on the device again
+    at the warm-up. What the profile keeps is not released: the fused-MoE workspace
+    (WorkspaceManager) and the V1 base, taken as persistent runner buffers."""
+    if rules.engine == "V0":
+        return 0
+    moe = moe_profile_bytes(model, gpu, resolved, rules)
+    kept = V1_ACTIVATION_BASE_BYTES + moe.persistent
+    return max(0, int(activation_bytes(model, gpu, resolved, rules) - kept))

@@ -25,6 +25,7 @@ from kvwise.planner.kv import (
     kv_layout,
     kv_tokens,
 )
+from kvwise.planner.kv_mamba import STATE_PAGES_PER_REQUEST, mamba_cache_mode
 from kvwise.planner.kv_release import for_release
 from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
@@ -72,6 +73,13 @@ def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None, before_snapshot:
         return startup_free_bytes
     free = gpu.free_bytes if gpu.free_bytes is not None else gpu.memory_bytes
     return free - memory.CUDA_CONTEXT_BYTES - before_snapshot
+
+
+def _mamba_pages(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    if model.mamba is None:
+        return 1
+    mode = mamba_cache_mode(model, resolved.enable_prefix_caching, rules.mamba_prefix_cache_mode)
+    return STATE_PAGES_PER_REQUEST[mode]
 
 
 def _available_kv(budget: int, parts: _NonKv, resolved: ResolvedFlags) -> int:
@@ -181,7 +189,12 @@ def _startup_error(
     if graph_excess > outside:
         return errors_text.graph_capture_oom(graph_excess, outside)
     warmup = memory.warmup_bytes(model, gpu, resolved, rules, kv.num_gpu_blocks)
-    if rules.engine == "V1" and warmup > outside - graph_excess:
+    room = outside - graph_excess
+    if memory.uses_v2_runner(model, rules):
+        # Model Runner V2: the whole warm-up transient against the device's free memory after
+        # the pool, which includes the profile's released transient peak (memory.py)
+        room += memory.released_profile_peak_bytes(model, gpu, resolved, rules)
+    if rules.engine == "V1" and warmup > room:
         return errors_text.sampler_warmup_oom(resolved)
     return None
 
@@ -215,6 +228,7 @@ def plan(
         block_size=resolved.block_size,
         dtype_bytes=dtype_bytes,
         is_hybrid_manager=rules.hybrid_kv_groups,  # V0 and V1 < 0.9.1: every layer full length
+        mamba_pages_per_request=_mamba_pages(model, resolved, rules),
     )
     available = _available_kv(budget, parts, resolved)
     resolved = _resolve_auto_len(resolved, layout, available)
