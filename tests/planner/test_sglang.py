@@ -174,3 +174,22 @@ def test_early_constants_follow_tp_alone_and_047_follows_tp_times_pp() -> None:
     # server_args.py: 0.4.5 tests self.tp_size (2 -> 0.87), 0.4.7 tp_size x pp_size (4 -> 0.85)
     assert fraction("0.4.5") == 0.87
     assert fraction("0.4.7") == 0.85
+
+
+def test_tp_buffers_over_pcie_follow_the_custom_all_reduce_in_04_releases() -> None:
+    # SGLang logged "Init torch distributed ends. mem usage=0.13 GB" at TP 4 on L4 (0.4.3.post3,
+    # custom all-reduce off above two PCIe GPUs; sgl-project/sglang#4127) and "Load weight begin.
+    # avail mem=21.63 GB" for QwQ-32B there; 0.25 GB at TP 2 (sgl-project/sglang#4257)
+    gib = 2**30
+    tp4 = _plan("Qwen/QwQ-32B", "l4", "0.4.3", tp=4)
+    assert tp4.pre_load_free_bytes / gib == pytest.approx(21.63, abs=0.3)
+    newest = _plan("Qwen/QwQ-32B", "l4", None, tp=4)
+    assert tp4.pre_load_free_bytes - newest.pre_load_free_bytes == pytest.approx(
+        0.26 * gib, rel=0.05
+    )
+    tp2 = _plan("Qwen/Qwen2.5-14B", "a100-40gb-pcie", "0.4.3", tp=2)
+    tp1 = _plan("Qwen/Qwen2.5-14B", "a100-40gb-pcie", "0.4.3")
+    assert tp1.pre_load_free_bytes - tp2.pre_load_free_bytes == pytest.approx(0.25 * gib, rel=0.05)
+    # NVLink keeps the measured 2 GiB in every release
+    nvl = [_plan("Qwen/Qwen2.5-72B-Instruct", "h100", v, tp=8) for v in ("0.4.3", None)]
+    assert nvl[0].pre_load_free_bytes == nvl[1].pre_load_free_bytes

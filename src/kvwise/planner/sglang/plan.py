@@ -149,7 +149,7 @@ def plan_sglang(
     default = default_fraction(release, inputs)
     fraction = sglang.mem_fraction_static or default
     weights = memory.weights_bytes(model, resolved)
-    free = pre_load_free_bytes(gpu, inputs.tp)
+    free = pre_load_free_bytes(gpu, inputs.tp, release)
     static = int(fraction * free)
     cell = cell_bytes(model, inputs.tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
     tokens = max(static - weights, 0) // cell
