@@ -10,7 +10,9 @@ from kvwise.cli import main
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
+from kvwise.errors import UsageError
 from kvwise.planner.sglang import SglangFlags, plan_sglang
+from kvwise.planner.sglang.render import launch_args
 
 
 def _plan(model: str, gpu: str | None, version: str | None, gib: float | None = None, **flags: int):
@@ -110,7 +112,7 @@ def test_cli_takes_sglangs_flags_and_names_the_family(capsys: pytest.CaptureFixt
 
 def test_unknown_release_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--engine", "sglang"]
-    assert main([*argv, "--sglang-version", "0.1.5"]) == 2
+    assert main([*argv, "--sglang-version", "0.1.3"]) == 2
     err = capsys.readouterr().err
     assert "not modelled" in err and "Traceback" not in err
 
@@ -193,3 +195,25 @@ def test_tp_buffers_over_pcie_follow_the_custom_all_reduce_in_04_releases() -> N
     # NVLink keeps the measured 2 GiB in every release
     nvl = [_plan("Qwen/Qwen2.5-72B-Instruct", "h100", v, tp=8) for v in ("0.4.3", None)]
     assert nvl[0].pre_load_free_bytes == nvl[1].pre_load_free_bytes
+
+
+def test_releases_before_036_use_their_own_tp_constants_read_in_each_wheel() -> None:
+    # server_args.py: 0.1.17 0.90 at TP 1 / 0.82 at TP 4; 0.2.0 0.89 / 0.84 at TP 8;
+    # 0.3.0-0.3.5 0.83 at TP 8, 0.3.6 0.82
+    assert _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17").mem_fraction_static == 0.90
+    assert _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17", tp=4).mem_fraction_static == 0.82
+    assert _plan("Qwen/Qwen2-7B-Instruct", "h100", "0.2.0").mem_fraction_static == 0.89
+    assert _plan("Qwen/Qwen2.5-72B-Instruct", "h100", "0.2.0", tp=8).mem_fraction_static == 0.84
+    at_tp8 = [_plan("Qwen/Qwen2.5-72B-Instruct", "h100", v, tp=8) for v in ("0.3.0", "0.3.6")]
+    assert [p.mem_fraction_static for p in at_tp8] == [0.83, 0.82]
+    with pytest.raises(UsageError):
+        _plan("Qwen/Qwen2-7B-Instruct", "h100", "0.1.23")  # never published
+
+
+def test_a_launch_for_an_old_release_writes_only_the_flags_it_accepts() -> None:
+    old = _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17", tp=2)
+    args = launch_args(old, VllmFlags(tensor_parallel_size=2))
+    assert "--cuda-graph-max-bs" not in args and "--chunked-prefill-size" not in args
+    assert "--enable-metrics" not in args and args[args.index("--tp") + 1] == "2"
+    new = launch_args(_plan("Qwen/Qwen2-7B-Instruct", "a10g", None), VllmFlags())
+    assert {"--cuda-graph-max-bs", "--enable-metrics"} <= set(new)

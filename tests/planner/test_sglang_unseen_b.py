@@ -53,8 +53,9 @@ def test_planner_figures_on_the_second_unseen_batch() -> None:
         f"worst {max(errors):.1%} within 10%: {within}/{len(errors)}; "
         f"verdicts right {sum(verdicts)}/{len(verdicts)}"
     )
-    # floors at the figures measured once on this batch before any rule change (2026-12-02,
-    # benchmarks/results/sglang_planner_accuracy.txt): 3 pools, worst |error| 4.0%; 3 verdicts right
-    assert len(errors) >= 3
+    # floors at the figures measured on this batch (benchmarks/results/sglang_planner_accuracy.txt):
+    # before any rule change 3 pools, worst |error| 4.0%, 3 verdicts right; the 0.1.x-0.2.x
+    # families added after it plan a fourth (0.1.17 on 4xA10G, +2.2%)
+    assert len(errors) >= 4
     assert max(errors) < 0.05
     assert len(verdicts) >= 3 and all(verdicts)
