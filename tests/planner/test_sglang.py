@@ -12,6 +12,8 @@ from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
 from kvwise.errors import UsageError
 from kvwise.planner.sglang import SglangFlags, plan_sglang
+from kvwise.planner.sglang.pool import max_running_requests
+from kvwise.planner.sglang.releases import release_for
 from kvwise.planner.sglang.render import launch_args
 
 
@@ -217,3 +219,26 @@ def test_a_launch_for_an_old_release_writes_only_the_flags_it_accepts() -> None:
     assert "--enable-metrics" not in args and args[args.index("--tp") + 1] == "2"
     new = launch_args(_plan("Qwen/Qwen2-7B-Instruct", "a10g", None), VllmFlags())
     assert {"--cuda-graph-max-bs", "--enable-metrics"} <= set(new)
+
+
+@pytest.mark.parametrize(
+    ("version", "tokens", "context", "logged"),
+    [
+        # SGLang's own "max_running_requests=" lines in sgl-project/sglang issues
+        ("0.2.5", 336793, 8192, 21048),  # #735: no cap on the request pool yet
+        ("0.2.12", 79301, 8192, 4955),  # #1109: pool - 1
+        ("0.3.0", 1218251, 32768, 5119),  # #1386: pool capped at 5120, - 1
+        ("0.4.2", 313444, 163840, 2049),  # #3451: 2048 + 1
+        ("0.4.3", 372945, 32768, 4097),  # #4094: 4096 + 1
+        ("0.4.8", 256568, 8194, 4096),  # #7590: no + 1 from 0.4.7
+        ("0.4.3", 10240, 131072, 2049),  # #4257 (--max-total-tokens 10240): min(5120, 2049)
+    ],
+)
+def test_default_max_running_requests_per_release_as_sglang_logged_it(
+    version: str, tokens: int, context: int, logged: int
+) -> None:
+    assert max_running_requests(tokens, context, release_for(version)) == logged
+
+
+def test_a_small_pool_caps_running_requests_at_half_its_tokens() -> None:
+    assert max_running_requests(3000, 131072, release_for(None)) == 1500

@@ -172,7 +172,7 @@ def plan_sglang(
         static,
         max(static - weights, 0),
         tokens,
-        sglang.max_running_requests or max_running_requests(max(tokens, 1), context),
+        sglang.max_running_requests or max_running_requests(max(tokens, 1), context, release),
         _error(release, fraction, weights, free) if tokens <= 0 else None,
         _warnings(tokens, context, free - static, (free - int(default * free), default)),
         _not_modelled(model, inputs.is_multimodal and is_default),

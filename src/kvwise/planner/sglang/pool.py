@@ -45,6 +45,20 @@ def pre_load_free_bytes(gpu: GpuSpec, tp: int, release: SglangRelease | None = N
     return free - memory.CUDA_CONTEXT_BYTES - tp_buffers_bytes(gpu, tp, release)
 
 
-def max_running_requests(tokens: int, context_length: int) -> int:
-    """init_memory_pool's default: min(max(tokens / context x 512, 2048), 4096)."""
-    return int(min(max(tokens / context_length * 512, 2048), 4096))
+def max_running_requests(
+    tokens: int, context_length: int, release: SglangRelease | None = None
+) -> int:
+    """SGLang's default: min(tokens // 2, the request pool's size + the release's offset), the
+    pool sized tokens / context x scale within the release's floor and cap (0.4.7+: 2048-4096)."""
+    spec = (release.data if release is not None else {}).get(
+        "max_running", {"scale": 512, "floor": 2048, "cap": 4096, "offset": 0}
+    )
+    half = tokens // 2
+    if spec["scale"] is None:
+        return half
+    size = int(tokens / context_length * spec["scale"])
+    if spec["floor"] is not None:
+        size = max(size, spec["floor"])
+    if spec["cap"] is not None:
+        size = min(size, spec["cap"])
+    return min(half, size + spec["offset"])
