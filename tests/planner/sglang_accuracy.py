@@ -17,6 +17,8 @@ from kvwise.planner.sglang import SglangFlags, plan_sglang
 RECORDS = Path(__file__).parents[1] / "data" / "validation" / "sglang_startup_logs.jsonl"
 # collected after the SGLang planner's rules were fixed; nothing was tuned on it (out-of-sample)
 UNSEEN = RECORDS.parent / "unseen" / "sglang_startup_logs_unseen.jsonl"
+# second out-of-sample batch, collected before any rule change of 2026-12-02 afternoon
+UNSEEN_B = RECORDS.parent / "unseen" / "sglang_startup_logs_b.jsonl"
 # the card a record names, as `--gpu` takes it (only names that say the card unambiguously)
 GPU_KEYS = {
     "NVIDIA L4": "l4",
@@ -29,6 +31,11 @@ GPU_KEYS = {
     "RTX 5090": "rtx5090",
     "A100 80G": "a100-80gb",
     "NVIDIA RTX A6000": "rtx-a6000",
+    "NVIDIA A10G": "a10g",
+    "A100-80G": "a100-80gb",
+    "NVIDIA A800-SXM4-80GB": "a800-80gb-sxm",
+    # the full-memory vGPU profile of an A40
+    "NVIDIA A40-48Q": "a40",
 }
 
 

@@ -10,7 +10,11 @@ from kvwise.cli import main
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
+from kvwise.errors import UsageError
 from kvwise.planner.sglang import SglangFlags, plan_sglang
+from kvwise.planner.sglang.pool import max_running_requests
+from kvwise.planner.sglang.releases import release_for
+from kvwise.planner.sglang.render import launch_args
 
 
 def _plan(model: str, gpu: str | None, version: str | None, gib: float | None = None, **flags: int):
@@ -110,7 +114,7 @@ def test_cli_takes_sglangs_flags_and_names_the_family(capsys: pytest.CaptureFixt
 
 def test_unknown_release_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100", "--engine", "sglang"]
-    assert main([*argv, "--sglang-version", "0.1.5"]) == 2
+    assert main([*argv, "--sglang-version", "0.1.3"]) == 2
     err = capsys.readouterr().err
     assert "not modelled" in err and "Traceback" not in err
 
@@ -174,3 +178,67 @@ def test_early_constants_follow_tp_alone_and_047_follows_tp_times_pp() -> None:
     # server_args.py: 0.4.5 tests self.tp_size (2 -> 0.87), 0.4.7 tp_size x pp_size (4 -> 0.85)
     assert fraction("0.4.5") == 0.87
     assert fraction("0.4.7") == 0.85
+
+
+def test_tp_buffers_over_pcie_follow_the_custom_all_reduce_in_04_releases() -> None:
+    # SGLang logged "Init torch distributed ends. mem usage=0.13 GB" at TP 4 on L4 (0.4.3.post3,
+    # custom all-reduce off above two PCIe GPUs; sgl-project/sglang#4127) and "Load weight begin.
+    # avail mem=21.63 GB" for QwQ-32B there; 0.25 GB at TP 2 (sgl-project/sglang#4257)
+    gib = 2**30
+    tp4 = _plan("Qwen/QwQ-32B", "l4", "0.4.3", tp=4)
+    assert tp4.pre_load_free_bytes / gib == pytest.approx(21.63, abs=0.3)
+    newest = _plan("Qwen/QwQ-32B", "l4", None, tp=4)
+    assert tp4.pre_load_free_bytes - newest.pre_load_free_bytes == pytest.approx(
+        0.26 * gib, rel=0.05
+    )
+    tp2 = _plan("Qwen/Qwen2.5-14B", "a100-40gb-pcie", "0.4.3", tp=2)
+    tp1 = _plan("Qwen/Qwen2.5-14B", "a100-40gb-pcie", "0.4.3")
+    assert tp1.pre_load_free_bytes - tp2.pre_load_free_bytes == pytest.approx(0.25 * gib, rel=0.05)
+    # NVLink keeps the measured 2 GiB in every release
+    nvl = [_plan("Qwen/Qwen2.5-72B-Instruct", "h100", v, tp=8) for v in ("0.4.3", None)]
+    assert nvl[0].pre_load_free_bytes == nvl[1].pre_load_free_bytes
+
+
+def test_releases_before_036_use_their_own_tp_constants_read_in_each_wheel() -> None:
+    # server_args.py: 0.1.17 0.90 at TP 1 / 0.82 at TP 4; 0.2.0 0.89 / 0.84 at TP 8;
+    # 0.3.0-0.3.5 0.83 at TP 8, 0.3.6 0.82
+    assert _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17").mem_fraction_static == 0.90
+    assert _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17", tp=4).mem_fraction_static == 0.82
+    assert _plan("Qwen/Qwen2-7B-Instruct", "h100", "0.2.0").mem_fraction_static == 0.89
+    assert _plan("Qwen/Qwen2.5-72B-Instruct", "h100", "0.2.0", tp=8).mem_fraction_static == 0.84
+    at_tp8 = [_plan("Qwen/Qwen2.5-72B-Instruct", "h100", v, tp=8) for v in ("0.3.0", "0.3.6")]
+    assert [p.mem_fraction_static for p in at_tp8] == [0.83, 0.82]
+    with pytest.raises(UsageError):
+        _plan("Qwen/Qwen2-7B-Instruct", "h100", "0.1.23")  # never published
+
+
+def test_a_launch_for_an_old_release_writes_only_the_flags_it_accepts() -> None:
+    old = _plan("Qwen/Qwen2-7B-Instruct", "a10g", "0.1.17", tp=2)
+    args = launch_args(old, VllmFlags(tensor_parallel_size=2))
+    assert "--cuda-graph-max-bs" not in args and "--chunked-prefill-size" not in args
+    assert "--enable-metrics" not in args and args[args.index("--tp") + 1] == "2"
+    new = launch_args(_plan("Qwen/Qwen2-7B-Instruct", "a10g", None), VllmFlags())
+    assert {"--cuda-graph-max-bs", "--enable-metrics"} <= set(new)
+
+
+@pytest.mark.parametrize(
+    ("version", "tokens", "context", "logged"),
+    [
+        # SGLang's own "max_running_requests=" lines in sgl-project/sglang issues
+        ("0.2.5", 336793, 8192, 21048),  # #735: no cap on the request pool yet
+        ("0.2.12", 79301, 8192, 4955),  # #1109: pool - 1
+        ("0.3.0", 1218251, 32768, 5119),  # #1386: pool capped at 5120, - 1
+        ("0.4.2", 313444, 163840, 2049),  # #3451: 2048 + 1
+        ("0.4.3", 372945, 32768, 4097),  # #4094: 4096 + 1
+        ("0.4.8", 256568, 8194, 4096),  # #7590: no + 1 from 0.4.7
+        ("0.4.3", 10240, 131072, 2049),  # #4257 (--max-total-tokens 10240): min(5120, 2049)
+    ],
+)
+def test_default_max_running_requests_per_release_as_sglang_logged_it(
+    version: str, tokens: int, context: int, logged: int
+) -> None:
+    assert max_running_requests(tokens, context, release_for(version)) == logged
+
+
+def test_a_small_pool_caps_running_requests_at_half_its_tokens() -> None:
+    assert max_running_requests(3000, 131072, release_for(None)) == 1500

@@ -149,7 +149,7 @@ def plan_sglang(
     default = default_fraction(release, inputs)
     fraction = sglang.mem_fraction_static or default
     weights = memory.weights_bytes(model, resolved)
-    free = pre_load_free_bytes(gpu, inputs.tp)
+    free = pre_load_free_bytes(gpu, inputs.tp, release)
     static = int(fraction * free)
     cell = cell_bytes(model, inputs.tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
     tokens = max(static - weights, 0) // cell
@@ -172,7 +172,7 @@ def plan_sglang(
         static,
         max(static - weights, 0),
         tokens,
-        sglang.max_running_requests or max_running_requests(max(tokens, 1), context),
+        sglang.max_running_requests or max_running_requests(max(tokens, 1), context, release),
         _error(release, fraction, weights, free) if tokens <= 0 else None,
         _warnings(tokens, context, free - static, (free - int(default * free), default)),
         _not_modelled(model, inputs.is_multimodal and is_default),

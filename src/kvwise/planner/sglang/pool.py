@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner import memory
-from kvwise.planner.sglang.releases import tp_buffer_constants
+from kvwise.planner.sglang.releases import SglangRelease, tp_buffer_constants
 
 
 def cell_bytes(model: ModelSpec, tp: int, kv_bytes: int) -> int:
@@ -22,21 +22,43 @@ def cell_bytes(model: ModelSpec, tp: int, kv_bytes: int) -> int:
     return heads * model.head_dim * model.num_attention_layers * 2 * kv_bytes
 
 
-def tp_buffers_bytes(gpu: GpuSpec, tp: int) -> int:
-    """Communication buffers init_torch_distributed takes before 'Load weight begin'."""
+def tp_buffers_bytes(gpu: GpuSpec, tp: int, release: SglangRelease | None = None) -> int:
+    """Communication buffers init_torch_distributed takes before 'Load weight begin'.
+
+    Over PCIe up to 0.5.2 the custom all-reduce keeps its buffers at TP 2 only (it disables
+    itself above two GPUs that are not all NVLink-connected); later releases add communicators,
+    and a release not named is planned as the newest."""
     if tp <= 1:
         return 0
     data = tp_buffer_constants()
-    nvlink = gpu.interconnect_bytes_s >= float(data["nvlink_min_bytes_s"])
-    return int((data["nvlink_gib"] if nvlink else data["pcie_gib"]) * GIB)
+    if gpu.interconnect_bytes_s >= float(data["nvlink_min_bytes_s"]):
+        return int(data["nvlink_gib"] * GIB)
+    pcie = release.data.get("tp_buffers_pcie_gib") if release is not None else None
+    if pcie is None:
+        return int(data["pcie_gib"] * GIB)
+    return int((pcie["tp2"] if tp == 2 else pcie["tp_over_2"]) * GIB)
 
 
-def pre_load_free_bytes(gpu: GpuSpec, tp: int) -> int:
+def pre_load_free_bytes(gpu: GpuSpec, tp: int, release: SglangRelease | None = None) -> int:
     """Free memory SGLang measures before loading weights (the base of the fraction)."""
     free = gpu.free_bytes or gpu.memory_bytes
-    return free - memory.CUDA_CONTEXT_BYTES - tp_buffers_bytes(gpu, tp)
+    return free - memory.CUDA_CONTEXT_BYTES - tp_buffers_bytes(gpu, tp, release)
 
 
-def max_running_requests(tokens: int, context_length: int) -> int:
-    """init_memory_pool's default: min(max(tokens / context x 512, 2048), 4096)."""
-    return int(min(max(tokens / context_length * 512, 2048), 4096))
+def max_running_requests(
+    tokens: int, context_length: int, release: SglangRelease | None = None
+) -> int:
+    """SGLang's default: min(tokens // 2, the request pool's size + the release's offset), the
+    pool sized tokens / context x scale within the release's floor and cap (0.4.7+: 2048-4096)."""
+    spec = (release.data if release is not None else {}).get(
+        "max_running", {"scale": 512, "floor": 2048, "cap": 4096, "offset": 0}
+    )
+    half = tokens // 2
+    if spec["scale"] is None:
+        return half
+    size = int(tokens / context_length * spec["scale"])
+    if spec["floor"] is not None:
+        size = max(size, spec["floor"])
+    if spec["cap"] is not None:
+        size = min(size, spec["cap"])
+    return min(half, size + spec["offset"])

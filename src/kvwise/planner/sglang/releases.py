@@ -84,6 +84,14 @@ def multimodal_reduction() -> float:
     return float(_table()["multimodal_base_reduction"])
 
 
+def launch_flags(family: str) -> frozenset[str] | None:
+    """The flags kvwise writes that this family's server_args accepts (None: every one of them)."""
+    for data in _table()["families"]:
+        if data["family"] == family and "launch_flags" in data:
+            return frozenset(data["launch_flags"])
+    return None
+
+
 def _tier(tiers: list[list[Any]], gpu_mib: float) -> list[Any]:
     for tier in tiers:
         if tier[0] is None or gpu_mib < tier[0]:

@@ -11,6 +11,7 @@ from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.planner.plan import plan as vllm_plan
 from kvwise.planner.sglang.plan import SglangFlags, SglangPlan, plan_sglang
+from kvwise.planner.sglang.releases import launch_flags
 
 
 def sglang_command(result: SglangPlan, flags: VllmFlags, sglang: SglangFlags | None = None) -> str:
@@ -37,18 +38,20 @@ def sglang_command(result: SglangPlan, flags: VllmFlags, sglang: SglangFlags | N
 def launch_args(result: SglangPlan, flags: VllmFlags) -> list[str]:
     """Every planned flag, written out (not left to the release's defaults), for `kvwise serve
     --launch` and `kvwise deploy`; `--enable-metrics` so that the gateway can read the load."""
-    args = [
-        "--mem-fraction-static", str(round(result.mem_fraction_static, 3)),
-        "--context-length", str(result.context_length),
-        "--max-running-requests", str(result.max_running_requests),
-        "--chunked-prefill-size", str(result.chunked_prefill_size),
-        "--cuda-graph-max-bs", str(result.cuda_graph_max_bs),
-    ]  # fmt: skip
+    pairs = [
+        ("--mem-fraction-static", str(round(result.mem_fraction_static, 3))),
+        ("--context-length", str(result.context_length)),
+        ("--max-running-requests", str(result.max_running_requests)),
+        ("--chunked-prefill-size", str(result.chunked_prefill_size)),
+        ("--cuda-graph-max-bs", str(result.cuda_graph_max_bs)),
+    ]
     if result.tp > 1:
-        args += ["--tp", str(result.tp)]
+        pairs.append(("--tp", str(result.tp)))
     if flags.kv_cache_dtype and flags.kv_cache_dtype.startswith("fp8"):
-        args += ["--kv-cache-dtype", "fp8_e4m3"]
-    return [*args, "--enable-metrics"]
+        pairs.append(("--kv-cache-dtype", "fp8_e4m3"))
+    accepted = launch_flags(result.family)  # releases before 0.3.6 lack some of them
+    args = [part for pair in pairs if accepted is None or pair[0] in accepted for part in pair]
+    return [*args, "--enable-metrics"] if accepted is None else args
 
 
 def _gib(value: int) -> float:
