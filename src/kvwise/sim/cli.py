@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine",
         type=_engine,
         default="vllm",
+        metavar="{vllm,sglang}",
         help="vllm (default) or sglang: whose scheduler and KV pool to simulate",
     )
     parser.add_argument("--gpu", help="catalog name (rtx4090, h100, a100-80gb...)")

@@ -99,10 +99,19 @@ def add_sglang_simulate_flags(parser: argparse.ArgumentParser) -> None:
         help="no prefix cache: every prompt is computed whole",
     )
     group.add_argument(
-        "--context-length", dest="max_model_len", type=int, help="SGLang's --max-model-len"
+        "--context-length",
+        dest="max_model_len",
+        type=int,
+        metavar="TOKENS",
+        help="longest request, prompt + output (vLLM's --max-model-len)",
     )
     group.add_argument(
-        "--tp-size", "--tp", dest="tensor_parallel_size", type=int, help="tensor parallel GPUs"
+        "--tp-size",
+        "--tp",
+        dest="tensor_parallel_size",
+        type=int,
+        metavar="N",
+        help="tensor parallel GPUs",
     )
 
 
