@@ -15,11 +15,11 @@ from kvwise.errors import KvwiseError
 # name -> (module that implements it, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("kvwise.advisor.cli", "will it start, how many KV tokens fit, which flags to use"),
-    "simulate": ("kvwise.sim.cli", "latency, throughput, KV use and preemptions of a workload"),
+    "simulate": ("kvwise.sim.cli", "latency, throughput, KV use and preemptions (vLLM or SGLang)"),
     "serve": ("kvwise.gateway.cli", "OpenAI-compatible gateway with KV-token admission control"),
     "bench": ("kvwise.bench.cli", "multi-turn load against any OpenAI-compatible endpoint"),
     "calibrate": ("kvwise.bench.calibrate_cli", "fit the step-time model from bench results"),
-    "top": ("kvwise.top.cli", "live view of a gateway or vLLM engines: KV use, queue, latency"),
+    "top": ("kvwise.top.cli", "live view of a gateway, vLLM or SGLang: KV use, queue, latency"),
     "doctor": ("kvwise.doctor.cli", "explain a vLLM start-up log or traceback"),
     "deploy": ("kvwise.deploy.cli", "Kubernetes, Helm or Ray files with the planned flags"),
     "models": ("kvwise.core.catalog_cli", "list the offline model catalog"),

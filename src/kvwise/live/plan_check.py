@@ -3,7 +3,7 @@
 Two departures are checked, per replica:
 - the engine's KV pool (num_gpu_blocks x block_size) is more than POOL_SHORTFALL smaller than
   the planned pool (the gateway's KV budget from the plan or --kv-budget-tokens);
-- the engine preempted requests in the window although the plan keeps the load inside the pool
+- the engine preempted (SGLang: retracted) requests in the window although the plan keeps the load inside the pool
   (the gateway admits at most the planned KV tokens, so a plan that holds sees none).
 """
 
@@ -29,8 +29,9 @@ def departures(replicas: list[dict[str, Any]]) -> list[str]:
             )
         per_min = replica.get("preemptions_per_min")
         if planned and per_min:
+            what = "retractions" if replica.get("engine") == "sglang" else "preemptions"
             lines.append(
-                f"{name}: {per_min:g} preemptions/min over the last "
+                f"{name}: {per_min:g} {what}/min over the last "
                 f"{replica.get('window_s', 0):g} s where the plan has none; {CALIBRATE_HINT}"
             )
     return lines

@@ -5,13 +5,22 @@ tokens/s) and TTFT/TPOT percentiles come from the difference between the latest 
 oldest one still inside the window. Metric names are vLLM's (vllm/v1/metrics/loggers.py at
 v0.32.0; `time_per_output_token_seconds` is the older releases' TPOT), newest first where a
 release renamed them; counters and gauges are parsed by `live.metrics`.
+
+SGLang's come after them (sglang 0.5.23, python/sglang/srt/observability/metrics_collector.py;
+exported only with `--enable-metrics`): the pool is `sglang:max_total_num_tokens` and the KV in
+use `sglang:num_used_tokens` (exact: SGLang allocates per token), retractions stand for
+preemptions (`sglang:num_retracted_requests_total`), TPOT is the per-request
+`request_time_per_output_token_seconds`. Its scheduler gauges carry tp/pp/dp rank labels: a
+figure is read per DP rank (the largest over that rank's label sets, since TP ranks report the
+same figure when every scheduler exports) and summed over DP ranks, as the gateway reads them.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvwise.live import histograms
@@ -19,14 +28,28 @@ from kvwise.live.histograms import Buckets
 from kvwise.live.metrics import GAUGES, Snapshot, parse_prometheus
 
 WINDOW_S = 60.0
-TTFT = ("vllm:time_to_first_token_seconds",)
+TTFT = ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds")
 TPOT = (
     "vllm:request_time_per_output_token_seconds",
     "vllm:time_per_output_token_seconds",
     "vllm:inter_token_latency_seconds",
+    "sglang:request_time_per_output_token_seconds",
+    "sglang:inter_token_latency_seconds",
 )
-PREEMPTIONS = ("vllm:num_preemptions_total",)
-TOKENS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+PREEMPTIONS = ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total")
+TOKENS = (
+    ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+    ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
+)
+# SGLang's scheduler gauges read per DP rank (see the module's docstring)
+SGLANG_POOL = "sglang:max_total_num_tokens"
+SGLANG_USED = "sglang:num_used_tokens"
+SGLANG_USAGE = "sglang:token_usage"
+SGLANG_RUNNING = "sglang:num_running_reqs"
+SGLANG_QUEUED = "sglang:num_queue_reqs"
+_SGLANG_RANKED = (SGLANG_POOL, SGLANG_USED, SGLANG_USAGE, SGLANG_RUNNING, SGLANG_QUEUED)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_DP_RANK = re.compile(r'dp_rank="([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -34,12 +57,49 @@ class EngineSample:
     at_s: float  # time.monotonic() of the scrape
     snapshot: Snapshot
     buckets: dict[str, Buckets]
+    sglang: dict[str, float] = field(default_factory=dict)  # SGLang's gauges, over DP ranks
+
+    @property
+    def engine(self) -> str | None:
+        """Whose metric names the scrape carries: "vllm", "sglang" or None."""
+        names = self.snapshot.values
+        if any(n.startswith("vllm:") for n in names):
+            return "vllm"
+        return "sglang" if any(n.startswith("sglang:") for n in names) else None
 
 
 def parse_sample(text: str, at_s: float | None = None) -> EngineSample:
     names = TTFT + TPOT
     at = time.monotonic() if at_s is None else at_s
-    return EngineSample(at, parse_prometheus(text), histograms.parse_buckets(text, names))
+    return EngineSample(
+        at, parse_prometheus(text), histograms.parse_buckets(text, names), _sglang_gauges(text)
+    )
+
+
+def _sglang_gauges(text: str) -> dict[str, float]:
+    """SGLang's scheduler gauges: per DP rank the largest over its label sets, summed over the
+    DP ranks (`token_usage`, a ratio: their mean). {} when the text has none."""
+    per_rank: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith(_SGLANG_RANKED):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None or match.group(1) not in _SGLANG_RANKED:
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        rank = _DP_RANK.search(match.group(2) or "")
+        key = (match.group(1), rank.group(1) if rank else "0")
+        per_rank[key] = max(per_rank.get(key, value), value)
+    figures: dict[str, float] = {}
+    for (name, _), value in per_rank.items():
+        figures[name] = figures.get(name, 0.0) + value
+    ranks = sum(1 for name, _ in per_rank if name == SGLANG_USAGE)
+    if ranks:
+        figures[SGLANG_USAGE] /= ranks
+    return figures
 
 
 def pool_tokens(snapshot: Snapshot) -> int | None:
@@ -64,17 +124,23 @@ class EngineWindow:
         """What the engine reports now, and over the window; {} before the first scrape."""
         if not self.samples:
             return {}
-        latest = self.samples[-1].snapshot
-        usage = latest.figure(GAUGES["kv_cache_usage"])
-        pool = pool_tokens(latest)
-        figures: dict[str, Any] = {
-            "kv_pool_tokens": pool,
-            "planned_pool_tokens": planned_pool_tokens,
-            "kv_usage_pct": None if usage is None else round(usage * 100, 1),
-            "kv_used_tokens": None if usage is None or pool is None else round(usage * pool),
-            "num_requests_running": _int(latest.figure(GAUGES["num_requests_running"])),
-            "num_requests_waiting": _int(latest.figure(GAUGES["num_requests_waiting"])),
-        }
+        sample = self.samples[-1]
+        figures: dict[str, Any]
+        if sample.engine == "sglang":
+            figures = _sglang_figures(sample.sglang)
+        else:
+            latest = sample.snapshot
+            usage = latest.figure(GAUGES["kv_cache_usage"])
+            pool = pool_tokens(latest)
+            figures = {
+                "kv_pool_tokens": pool,
+                "kv_usage_pct": None if usage is None else round(usage * 100, 1),
+                "kv_used_tokens": None if usage is None or pool is None else round(usage * pool),
+                "num_requests_running": _int(latest.figure(GAUGES["num_requests_running"])),
+                "num_requests_waiting": _int(latest.figure(GAUGES["num_requests_waiting"])),
+            }
+        figures["engine"] = sample.engine
+        figures["planned_pool_tokens"] = planned_pool_tokens
         figures.update(self._rates())
         return figures
 
@@ -83,7 +149,7 @@ class EngineWindow:
         span_s = last.at_s - first.at_s
         rates: dict[str, Any] = {"window_s": round(span_s, 1)}
         preempted = _counter_delta(first.snapshot, last.snapshot, PREEMPTIONS)
-        counted = [_counter_delta(first.snapshot, last.snapshot, (n,)) for n in TOKENS]
+        counted = [_counter_delta(first.snapshot, last.snapshot, names) for names in TOKENS]
         tokens = (
             sum(c for c in counted if c is not None)
             if any(c is not None for c in counted)
@@ -98,6 +164,20 @@ class EngineWindow:
                 value = histograms.quantile(window, q) if window else None
                 rates[f"{key}_{label}_ms"] = None if value is None else round(value * 1000, 1)
         return rates
+
+
+def _sglang_figures(gauges: dict[str, float]) -> dict[str, Any]:
+    """SGLang's KV figures: exact used tokens over the pool (`max_total_num_tokens`, exported
+    from 0.5.x); an older release without the pool gauge gives its rounded `token_usage` only."""
+    pool, used = gauges.get(SGLANG_POOL), gauges.get(SGLANG_USED)
+    usage = used / pool if pool and used is not None else gauges.get(SGLANG_USAGE)
+    return {
+        "kv_pool_tokens": _int(pool) if pool else None,
+        "kv_usage_pct": None if usage is None else round(usage * 100, 1),
+        "kv_used_tokens": _int(used),
+        "num_requests_running": _int(gauges.get(SGLANG_RUNNING)),
+        "num_requests_waiting": _int(gauges.get(SGLANG_QUEUED)),
+    }
 
 
 def _window_buckets(

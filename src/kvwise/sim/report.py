@@ -3,6 +3,8 @@
 JSON: the base configuration's metrics at the top level under vLLM's `bench serve
 --save-result` keys (so they diff against a real run), the deployment and workload next to
 them, and `compare` (a list of {label, config, metrics}) when several configurations ran.
+`engine` says whose scheduler ran: under SGLang, `num_preemptions` counts retractions (also
+given as `num_retractions`), and no error band is given (the bands are vLLM measurements).
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ from kvwise.core.gpus import GpuSpec
 from kvwise.sim.bands import Band, bands_for
 from kvwise.sim.deploy import Deployment
 from kvwise.sim.runner import SimResult
+from kvwise.sim.sglang_deploy import SglangDeployment
 from kvwise.sim.workloads import WorkloadSpec
+
+AnyDeployment = Deployment | SglangDeployment
+# why SGLang's figures carry no band: every scored measurement is of vLLM (`bands.py`)
+SGLANG_NO_BANDS = (
+    "no error band for SGLang: the out-of-sample bands are measured on vLLM serving runs, and no "
+    "SGLang serving measurement has been scored"
+)
 
 QUEUEING_TTFT_OVER_TPOT = 5.0  # median TTFT this many TPOTs: requests wait many steps
 QUEUEING_MIN_TTFT_MS = 500.0  # and long enough for a user to notice
@@ -39,11 +49,40 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 @dataclass(frozen=True)
 class Run:
     label: str
-    deployment: Deployment
+    deployment: AnyDeployment
     result: SimResult
 
 
-def config_json(dep: Deployment) -> dict[str, Any]:
+def _is_sglang(runs: list[Run]) -> bool:
+    return isinstance(runs[0].deployment, SglangDeployment)
+
+
+def _sglang_config_json(dep: SglangDeployment) -> dict[str, Any]:
+    """SGLang's own names for what its planner sized and its scheduler runs with."""
+    engine, plan = dep.config.engine, dep.plan
+    return {
+        "sglang_family": plan.family,
+        "flags": {
+            "mem_fraction_static": round(plan.mem_fraction_static, 4),
+            "max_running_requests": plan.max_running_requests,
+            "chunked_prefill_size": plan.chunked_prefill_size,
+            "cuda_graph_max_bs": plan.cuda_graph_max_bs,
+            "context_length": plan.context_length,
+            "tp_size": plan.tp,
+            "schedule_policy": dep.schedule_policy,
+            "disable_radix_cache": not dep.radix_cache,
+            "page_size": engine.block_size,
+        },
+        "max_total_num_tokens": plan.max_total_num_tokens,
+        "kv_tokens": plan.max_total_num_tokens,
+        "step_time_coefficients": dep.config.coefficients.to_json(),
+        "step_time_source": dep.coefficients_note,
+    }
+
+
+def config_json(dep: AnyDeployment) -> dict[str, Any]:
+    if isinstance(dep, SglangDeployment):
+        return _sglang_config_json(dep)
     engine, plan = dep.config.engine, dep.plan
     return {
         "vllm_version": plan.vllm_version,
@@ -60,27 +99,38 @@ def config_json(dep: Deployment) -> dict[str, Any]:
 def simulation_json(
     model_id: str, gpu: GpuSpec, spec: WorkloadSpec, seed: int, runs: list[Run]
 ) -> dict[str, Any]:
-    base = runs[0]
+    base, sglang = runs[0], _is_sglang(runs)
     payload: dict[str, Any] = {
         "model": model_id,
         "gpu": {"name": gpu.name, "memory_gib": round(gpu.memory_gib, 3)},
+        "engine": "sglang" if sglang else "vllm",
         "workload": asdict(spec),
         "seed": seed,
         "config": config_json(base.deployment),
     }
-    payload |= _rounded(base.result.metrics)
-    payload["bands"] = bands_json(gpu, spec, base.result)
+    payload |= _metrics_json(base.result, sglang)
+    payload["bands"] = None if sglang else bands_json(gpu, spec, base.result)
+    if sglang:
+        payload["bands_note"] = SGLANG_NO_BANDS
     if len(runs) > 1:
         payload["compare"] = [
             {
                 "label": r.label,
                 "config": config_json(r.deployment),
-                "metrics": _rounded(r.result.metrics),
-                "bands": bands_json(gpu, spec, r.result),
+                "metrics": _metrics_json(r.result, sglang),
+                "bands": None if sglang else bands_json(gpu, spec, r.result),
             }
             for r in runs
         ]
     return payload
+
+
+def _metrics_json(result: SimResult, sglang: bool) -> dict[str, Any]:
+    metrics = _rounded(result.metrics)
+    if sglang:  # SGLang's word for it (sglang:num_retracted_requests_total)
+        metrics["num_retractions"] = metrics["num_preemptions"]
+        metrics["num_retracted_requests"] = metrics["num_preempted_requests"]
+    return metrics
 
 
 def bands_json(gpu: GpuSpec, spec: WorkloadSpec, result: SimResult) -> dict[str, Any]:
@@ -131,14 +181,21 @@ def _cell(metrics: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def verdicts(result: SimResult) -> list[str]:
-    """Plain-language findings: preemption, queueing, rejections."""
+    """Plain-language findings: preemption (SGLang: retraction), queueing, rejections."""
     m, found = result.metrics, []
+    sglang = result.config.engine.scheduler == "sglang"
     if m["rejected"]:
         limit = result.config.engine.max_model_len
+        what = "SGLang's limit" if sglang else "max_model_len"
+        found.append(f"{m['rejected']} requests rejected (prompt + max_tokens > {what} {limit})")
+    if m["num_preemptions"] and sglang:
         found.append(
-            f"{m['rejected']} requests rejected (prompt + max_tokens > max_model_len {limit})"
+            f"KV pool full: {m['num_preemptions']} retractions hit "
+            f"{m['num_preempted_requests']} requests (SGLang frees the request with the fewest "
+            "generated tokens, requeues it at the end of the waiting queue and recomputes it; "
+            "its prompt stays in the radix cache)"
         )
-    if m["num_preemptions"]:
+    elif m["num_preemptions"]:
         found.append(
             f"KV pool full: {m['num_preemptions']} preemptions (recomputed from scratch) "
             f"hit {m['num_preempted_requests']} requests"
@@ -152,7 +209,25 @@ def verdicts(result: SimResult) -> list[str]:
     return found
 
 
+def _sglang_deployment_line(run: Run, dep: SglangDeployment) -> str:
+    plan = dep.plan
+    radix = "radix cache on" if dep.radix_cache else "radix cache off (--disable-radix-cache)"
+    return (
+        f"  {run.label}: KV pool {plan.max_total_num_tokens:,} tokens (max_total_num_tokens, "
+        f"page_size 1, {radix}), mem_fraction_static {plan.mem_fraction_static:.3f}, "
+        f"max_running_requests {plan.max_running_requests}, chunked_prefill_size "
+        f"{plan.chunked_prefill_size}, context_length {plan.context_length:,}, "
+        f"schedule_policy {dep.schedule_policy}"
+    )
+
+
 def _deployment_line(run: Run) -> str:
+    if isinstance(run.deployment, SglangDeployment):
+        line = _sglang_deployment_line(run, run.deployment)
+        budget = run.deployment.config.history_budget_tokens
+        if budget is not None:
+            line += f"; agent histories trimmed to {budget:,} tokens as `kvwise serve` does"
+        return line
     e, kv = run.deployment.config.engine, run.deployment.plan.kv
     line = (
         f"  {run.label}: KV pool {kv.tokens:,} tokens ({e.num_gpu_blocks:,} blocks of "
@@ -181,10 +256,13 @@ def print_report(
     from rich.table import Table
 
     console = Console()
-    plan = runs[0].deployment.plan
-    console.print(
-        f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), vLLM {plan.vllm_version} ({plan.engine})"
+    base = runs[0].deployment
+    server = (
+        f"SGLang {base.plan.family} (its scheduler: radix cache, prefill first, retraction)"
+        if isinstance(base, SglangDeployment)
+        else f"vLLM {base.plan.vllm_version} ({base.plan.engine})"
     )
+    console.print(f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), {server}")
     console.print(f"workload: {runs[0].result.workload.description} (seed {seed})")
     for run in runs:
         console.print(_deployment_line(run), soft_wrap=True)
@@ -193,19 +271,26 @@ def print_report(
     for run in runs:
         table.add_column(run.label, justify="right")
     for label, key, fmt in ROWS:
+        if key == "num_preemptions" and _is_sglang(runs):
+            label = "retractions"
         table.add_row(label, *(_cell(r.result.metrics, key, fmt) for r in runs))
     console.print(table)
     for run in runs:
         for finding in verdicts(run.result):
             prefix = f"{run.label}: " if len(runs) > 1 else ""
             console.print(f"[yellow]![/] {prefix}{finding}")
-    for run in runs:
+    for run in runs if not _is_sglang(runs) else []:
         found = bands_for(gpu.name, spec, run.result.metrics)
         prefix = f"{run.label}: " if len(runs) > 1 else ""
         lines = [band_line(m, run.result.metrics[m], b) for m, b in found.items()]
         console.print(f"{prefix}error bands ({next(iter(found.values())).regime} regime):")
         for line in lines:
             console.print(f"  {line}", soft_wrap=True)
+    if _is_sglang(runs):
+        console.print(
+            f"[dim]{SGLANG_NO_BANDS}; step time: the same model as vLLM's on this card "
+            "(kernels are not compared)[/]"
+        )
     for note in dict.fromkeys(run.deployment.coefficients_note for run in runs):
         console.print(f"[dim]{note}[/]", soft_wrap=True)  # a path stays one piece
     if plot_path:

@@ -34,6 +34,7 @@ class SglangDeployment:
     plan: SglangPlan
     schedule_policy: str
     coefficients_note: str = ""
+    radix_cache: bool = True
 
 
 def _kv_bytes(model: ModelSpec, gpu: GpuSpec, flags: VllmFlags) -> int:
@@ -49,8 +50,10 @@ def sglang_deployment(
     sglang: SglangFlags | None = None,
     *,
     schedule_policy: str | None = None,
+    disable_radix_cache: bool = False,
 ) -> SglangDeployment:
-    """The replica SGLang would start; InvalidFlagError if it would not start."""
+    """The replica SGLang would start; InvalidFlagError if it would not start.
+    `disable_radix_cache`: SGLang's `--disable-radix-cache` (no prefix is ever reused)."""
     sglang = sglang or SglangFlags()
     result = plan_sglang(model, gpu, flags, sglang)
     if result.error is not None:
@@ -68,7 +71,7 @@ def sglang_deployment(
         # SGLang starts with a pool below the context length and then rejects longer requests
         # (max_req_input_len, docs/sglang_rules.md): the engine rejects past the smaller
         max_model_len=min(result.context_length, result.max_total_num_tokens),
-        enable_prefix_caching=True,  # the radix cache is on unless --disable-radix-cache
+        enable_prefix_caching=not disable_radix_cache,  # the radix cache is on by default
         enable_chunked_prefill=True,
         scheduler="sglang",
         schedule_policy=policy,
@@ -87,4 +90,5 @@ def sglang_deployment(
     else:
         coefficients = coefficients_for(gpu, result.tp)
         note = f"step time: shipped coefficients for {gpu.name} (not calibrated)"
-    return SglangDeployment(SimConfig(engine, cost, coefficients, "sglang"), result, policy, note)
+    config = SimConfig(engine, cost, coefficients, "sglang")
+    return SglangDeployment(config, result, policy, note, not disable_radix_cache)

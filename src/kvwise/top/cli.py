@@ -1,7 +1,8 @@
-"""`kvwise top [URL...]`: the live view of a `kvwise serve` gateway or of vLLM engines.
+"""`kvwise top [URL...]`: the live view of a `kvwise serve` gateway or of vLLM or SGLang engines.
 
 kvwise top                              the gateway on http://127.0.0.1:8000
 kvwise top http://gpu1:8000 http://gpu2:8000   two engines, read directly
+kvwise top http://gpu1:30000            an SGLang server (started with --enable-metrics)
 kvwise top --once --json URL            one status as JSON, for scripts
 """
 
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the gateway's admin key (default: $KVWISE_ADMIN_KEY)")  # fmt: skip
     parser.add_argument("--planned-kv-tokens", type=int, default=None,
                         help="engines read directly: the planned KV pool to compare with")  # fmt: skip
+    parser.add_argument("--engine", choices=("vllm", "sglang"), default=None,
+                        help="engines read directly: the engine expected (default: told by "
+                        "the metric names, vllm: or sglang:)")  # fmt: skip
     return parser
 
 
@@ -45,7 +49,8 @@ def run(argv: list[str]) -> int:
     headers = {"authorization": f"Bearer {args.admin_key}"} if args.admin_key else {}
     with httpx.Client() as client:
         sources = [
-            detect(client, u, headers, args.planned_kv_tokens) for u in args.urls or [DEFAULT_URL]
+            detect(client, u, headers, args.planned_kv_tokens, args.engine)
+            for u in args.urls or [DEFAULT_URL]
         ]
         if args.once:
             if not all(s.is_gateway for s in sources):

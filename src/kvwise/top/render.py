@@ -77,6 +77,17 @@ def _gateway(g: dict[str, Any]) -> Table:
     return table
 
 
+ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _preemption_label(replicas: list[dict[str, Any]]) -> str:
+    """SGLang retracts where vLLM preempts (sglang:num_retracted_requests_total)."""
+    engines = {r.get("engine") for r in replicas}
+    if engines == {"sglang"}:
+        return "retractions/min"
+    return "preempt./retract. /min" if "sglang" in engines else "preemptions/min"
+
+
 def _replicas(replicas: list[dict[str, Any]]) -> Table:
     """A column per replica, a row per figure: fits an 80-column terminal for a few replicas."""
     table = Table(title="replicas", title_justify="left")
@@ -85,6 +96,7 @@ def _replicas(replicas: list[dict[str, Any]]) -> Table:
         name = r["name"] if r.get("healthy", True) else f"{r['name']} (down)"
         table.add_column(name, justify="right", overflow="fold")
     rows: tuple[tuple[str, Any], ...] = (
+        ("engine", lambda r: ENGINES.get(r.get("engine") or "", "–")),
         (
             "KV used / pool",
             lambda r: f"{_n(r.get('kv_used_tokens'))} / {_n(r.get('kv_pool_tokens'))}",
@@ -95,7 +107,7 @@ def _replicas(replicas: list[dict[str, Any]]) -> Table:
             "running / waiting",
             lambda r: f"{_n(r.get('num_requests_running'))} / {_n(r.get('num_requests_waiting'))}",
         ),
-        ("preemptions/min", lambda r: _n(r.get("preemptions_per_min"), 1)),
+        (_preemption_label(replicas), lambda r: _n(r.get("preemptions_per_min"), 1)),
         ("TTFT p50 / p99 ms", lambda r: _pair_ms(r.get("ttft_p50_ms"), r.get("ttft_p99_ms"))),
         ("TPOT p50 / p99 ms", lambda r: _pair_ms(r.get("tpot_p50_ms"), r.get("tpot_p99_ms"))),
         ("tokens/s", lambda r: _n(r.get("tokens_per_s"), 1)),

@@ -1,8 +1,12 @@
-"""Where `kvwise top` reads: a `kvwise serve` gateway's /kvwise/status, or vLLM engines' /metrics.
+"""Where `kvwise top` reads: a `kvwise serve` gateway's /kvwise/status, or the /metrics of vLLM
+or SGLang engines.
 
 A URL is a gateway when it answers /kvwise/status, an engine when its /metrics has vLLM's
-series. Engines read directly are windowed here as the gateway does it (`window`); their
-planned pool is `--planned-kv-tokens` when given (no plan is known otherwise).
+series (`vllm:`) or SGLang's (`sglang:`); which engine is told by those names, or given with
+`--engine` (then a URL exporting the other's is an error). SGLang serves /metrics only when
+started with `--enable-metrics` (http_server.py, sglang 0.5.23): a server without it still
+answers /model_info, and is told so. Engines read directly are windowed here as the gateway
+does it (`window`); their planned pool is `--planned-kv-tokens` when given.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kvwise.live.status import status_document
 from kvwise.live.window import EngineWindow, parse_sample
 
 TIMEOUT_S = 3.0
+ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
 class Unreachable(Exception):
@@ -29,6 +34,7 @@ class Source:
     url: str
     is_gateway: bool
     planned_pool_tokens: int | None = None
+    engine: str | None = None  # "vllm" or "sglang" for an engine read directly
     window: EngineWindow = field(default_factory=EngineWindow)
 
 
@@ -40,8 +46,15 @@ def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Respo
         raise Unreachable(f"{url}: {reason}") from None
 
 
-def detect(client: httpx.Client, url: str, headers: dict[str, str], planned: int | None) -> Source:
-    """A gateway or an engine; UsageError (one line) for anything else, or no answer at all."""
+def detect(
+    client: httpx.Client,
+    url: str,
+    headers: dict[str, str],
+    planned: int | None,
+    engine: str | None = None,
+) -> Source:
+    """A gateway or an engine (`engine`: the one expected, None: either); UsageError (one line)
+    for anything else, or no answer at all."""
     base = url.rstrip("/")
     try:
         status = _get(client, f"{base}/kvwise/status", headers)
@@ -50,13 +63,48 @@ def detect(client: httpx.Client, url: str, headers: dict[str, str], planned: int
         if status.status_code in (401, 403):
             raise UsageError(f"{base}/kvwise/status needs an admin key: pass --admin-key KEY")
         metrics = _get(client, f"{base}/metrics", headers)
+        found = _engine_of(metrics) or _sglang_without_metrics(client, base, headers)
     except Unreachable as exc:
-        raise UsageError(f"cannot reach {exc} (is `kvwise serve` or vLLM running there?)") from None
-    if metrics.status_code == 200 and "vllm:" in metrics.text:
-        return Source(base, False, planned)
-    raise UsageError(
-        f"{base} is neither a `kvwise serve` gateway nor a vLLM engine (no vllm: metrics)"
-    )
+        raise UsageError(
+            f"cannot reach {exc} (is `kvwise serve`, vLLM or SGLang running there?)"
+        ) from None
+    if found == "sglang-no-metrics":
+        raise UsageError(
+            f"{base} is an SGLang server without metrics (/metrics answered "
+            f"{metrics.status_code}): restart it with --enable-metrics"
+        )
+    if found is None:
+        raise UsageError(
+            f"{base} is neither a `kvwise serve` gateway nor a vLLM or SGLang engine "
+            "(no vllm: or sglang: metrics)"
+        )
+    if engine is not None and found != engine:
+        raise UsageError(
+            f"--engine {engine}: {base}/metrics has {ENGINES[found]}'s metrics ({found}:), "
+            f"not {ENGINES[engine]}'s; leave --engine out to read either"
+        )
+    return Source(base, False, planned, engine=found)
+
+
+def _engine_of(metrics: httpx.Response) -> str | None:
+    """Whose metric names a /metrics answer carries (vLLM's first: a vLLM page never has
+    SGLang's names)."""
+    if metrics.status_code != 200:
+        return None
+    if "vllm:" in metrics.text:
+        return "vllm"
+    return "sglang" if "sglang:" in metrics.text else None
+
+
+def _sglang_without_metrics(client: httpx.Client, base: str, headers: dict[str, str]) -> str | None:
+    """SGLang started without --enable-metrics has no /metrics, but answers /model_info
+    (its `model_path` field) as every SGLang server does."""
+    info = _get(client, f"{base}/model_info", headers)
+    try:
+        is_sglang = info.status_code == 200 and "model_path" in info.json()
+    except ValueError:
+        return None
+    return "sglang-no-metrics" if is_sglang else None
 
 
 def poll(client: httpx.Client, sources: list[Source], headers: dict[str, str]) -> dict[str, Any]:
