@@ -18,7 +18,8 @@ from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, GpuSpec, custom_gpu, find_gpu
 from kvwise.core.models import ModelSpec
-from kvwise.errors import KvwiseError
+from kvwise.errors import KvwiseError, UnsupportedModelError
+from kvwise.planner import plan
 from tests.planner.accuracy import record_flags
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
@@ -90,7 +91,12 @@ def to_case(record: dict[str, Any]) -> Case | str:
         gpu = _gpu(record)
     except KvwiseError as exc:
         return f"gpu: {exc}"
-    return Case(record, model, gpu, _flags(record, quant), _version(record))
+    case = Case(record, model, gpu, _flags(record, quant), _version(record))
+    try:  # a set-up the planner refuses (Qwen2.5-VL's multi-frame dummy video: "not modelled")
+        plan(model, gpu, case.flags, vllm_version=case.vllm_version)
+    except UnsupportedModelError as exc:
+        return f"plan: {exc}"
+    return case
 
 
 def free_gib_from_error(record: dict[str, Any]) -> float | None:

@@ -80,6 +80,8 @@ class VllmFlags:
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None  # adapters cached in host memory (>= max_loras)
     lora_dtype: str | None = None  # "auto" = the model's dtype
+    # items per prompt and modality, as vLLM takes it: '{"image": 1, "video": 0}' (or image=1,video=0)
+    limit_mm_per_prompt: str | None = None
     # vLLM flags kvwise does not model (--enable-auto-tool-choice, --tool-call-parser hermes...),
     # as pasted: they change no memory figure and go verbatim into every command kvwise prints
     extra_args: tuple[str, ...] | None = None
@@ -206,6 +208,11 @@ def add_vllm_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-lora-rank", type=int, help="largest LoRA rank served")
     group.add_argument("--max-cpu-loras", type=int, help="LoRA adapters cached in host memory")
     group.add_argument("--lora-dtype", help=f"one of {', '.join(LORA_DTYPES)}")
+    group.add_argument(
+        "--limit-mm-per-prompt",
+        help='multimodal items per prompt, e.g. \'{"image": 1, "video": 0}\' (sizes the '
+        "encoder profile of modelled vision models)",
+    )
     _bool_flag(group, "enable-lora", "serve LoRA adapters (GPU slots for --max-loras)")  # type: ignore[arg-type]
     _bool_flag(group, "enforce-eager", "no CUDA graphs")  # type: ignore[arg-type]
     _bool_flag(group, "enable-prefix-caching", "prefix caching (default on in V1)")  # type: ignore[arg-type]

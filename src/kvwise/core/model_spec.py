@@ -74,11 +74,28 @@ class MambaStateSpec:
 
 
 @dataclass(frozen=True)
+class VisionEncoderShape:
+    """What the start-up profile of a vision encoder depends on (`planner/vision_profile.py`):
+    the tower's widths and the largest image the processor makes by default."""
+
+    hidden_size: int
+    intermediate_size: int
+    out_hidden_size: int
+    patch_size: int
+    spatial_merge_size: int
+    temporal_patch_size: int
+    in_channels: int
+    max_pixels: int  # the image processor's default longest_edge (preprocessor_config.json)
+
+
+@dataclass(frozen=True)
 class VisionSpec:
     """A vision tower vLLM loads next to the text model (multimodal checkpoints)."""
 
     num_params: int
     num_buffer_elements: int = 0  # non-parameter tensors it holds in the model dtype
+    tp_sharded_params: int = 0  # of num_params, those split across tensor-parallel ranks
+    encoder: VisionEncoderShape | None = None  # set where the encoder profile is modelled
 
 
 @dataclass(frozen=True)

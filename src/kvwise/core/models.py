@@ -24,11 +24,12 @@ from kvwise.core.model_spec import (
     MoeSpec,
     VisionSpec,
 )
-from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral
+from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral, qwen2
 from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
 from kvwise.core.models_moe import MOE_ARCHITECTURES
 from kvwise.core.quant import parse_quantization
 from kvwise.core.vision import VISION_BUFFERS, VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
+from kvwise.core.vision_qwen25 import qwen2_5_vl_encoder, qwen2_5_vl_sharded, qwen2_5_vl_vision
 from kvwise.errors import DataError, UnsupportedModelError
 
 __all__ = [
@@ -58,8 +59,20 @@ ARCHITECTURES: dict[str, Reader] = (
         "Gemma3ForConditionalGeneration": gemma3,
         "Mistral3ForConditionalGeneration": mistral,
         "MiniCPMV": minicpmv,
+        # Qwen2.5-VL: Qwen2's decoder on the top-level config (M-RoPE holds no extra memory)
+        "Qwen2_5_VLForConditionalGeneration": qwen2,
     }
 )
+
+# multimodal architectures whose encoder profile `planner/vision_profile.py` models: the tower's
+# parameters, those of them split across TP ranks, and the encoder's shape
+MODELLED_ENCODERS = {
+    "Qwen2_5_VLForConditionalGeneration": (
+        qwen2_5_vl_vision,
+        qwen2_5_vl_sharded,
+        qwen2_5_vl_encoder,
+    ),
+}
 
 # model_type -> architecture, for configs that omit `architectures`
 MODEL_TYPES = {
@@ -71,6 +84,7 @@ MODEL_TYPES = {
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "gpt_oss": "GptOssForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
@@ -141,6 +155,13 @@ def spec_from_config(
             num_buffer_elements=buffers(config, fields["hidden_size"]),
         )
         not_modelled += (VISION_PROFILING_NOT_MODELLED,)
+    elif "vision_config" in config and arch in MODELLED_ENCODERS:
+        params, sharded, encoder = MODELLED_ENCODERS[arch]
+        vision = VisionSpec(
+            num_params=params(config, fields["hidden_size"]),
+            tp_sharded_params=sharded(config, fields["hidden_size"]),
+            encoder=encoder(config),
+        )
     if "quant" not in fields:
         fields["quant"] = parse_quantization(config.get("quantization_config"), model_id)
     return ModelSpec(

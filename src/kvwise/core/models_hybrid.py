@@ -26,8 +26,6 @@ from kvwise.errors import UnsupportedModelError
 
 NOT_MODELLED_ARCHITECTURES = {
     "FalconH1ForCausalLM": "parallel attention + Mamba-2 mixers in one layer",
-    "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL's vision encoder profiling (one dummy image "
-    "of up to 16,384 tokens through the 32-layer window-attention tower) and its weights",
     # vLLM 0.6.3 worker/enc_dec_model_runner.py profile_run and models/mllama.py
     # get_max_mllama_image_tokens / dummy_image; V1 kv_cache_interface.py CrossAttentionSpec
     "MllamaForConditionalGeneration": "the cross-attention layers' KV of the image tokens and "

@@ -3,7 +3,8 @@
 vLLM loads the tower next to the text model and keeps it unquantized. What the tower costs at
 start-up beyond its weights (vLLM profiles the encoder with dummy images of the largest size)
 is not derived here: `memory.py` carries one allowance fitted on gemma-3, and every plan of a
-multimodal model names that part as not modelled.
+multimodal model names that part as not modelled. Qwen2.5-VL is the exception: its tower is
+`vision_qwen25.py`'s and its encoder profile `planner/vision_profile.py`'s.
 """
 
 from __future__ import annotations

@@ -273,7 +273,9 @@ def _sharded_bytes_per_rank(
     copies = groups.replicated_linear
     sharded += _quantized_bytes(copies, linear_quant, dtype_bytes, copies // spec.hidden_size)
     buffers = spec.vision.num_buffer_elements if spec.vision else 0
-    sharded += (groups.replicated + groups.vision + buffers) * dtype_bytes
+    vision_split = spec.vision.tp_sharded_params if spec.vision else 0
+    vision = groups.vision - vision_split + vision_split / tp  # Qwen2.5-VL: a TP-sharded tower
+    sharded += (groups.replicated + vision + buffers) * dtype_bytes
     return sharded + _mla_absorbed_bytes(spec, tp, dtype_bytes)
 
 

@@ -406,6 +406,7 @@ def resolve_flags(
         max_lora_rank=flags.max_lora_rank,
         max_cpu_loras=flags.max_cpu_loras,
         lora_dtype=flags.lora_dtype,
+        limit_mm_per_prompt=flags.limit_mm_per_prompt,
         extra_args=flags.extra_args or (),
     )
 

@@ -16,6 +16,7 @@ from kvwise.core.weights import weight_bytes_per_rank
 from kvwise.planner.defaults import VersionRules, quant_for
 from kvwise.planner.moe_memory import moe_profile_bytes
 from kvwise.planner.result import ResolvedFlags
+from kvwise.planner.vision_profile import encoder_profile, mrope_cache_factor
 
 # --- activation peak of the profile run -------------------------------------------------------
 # V1 (0.8+): least-squares fit on the vLLM 0.19 H100 sweep (llm-d-planner PR #205 logs: Qwen2.5-7B
@@ -151,7 +152,7 @@ def weights_bytes(model: ModelSpec, resolved: ResolvedFlags) -> int:
         pp=resolved.pipeline_parallel_size,
         dtype_bytes=runtime_dtype_bytes(resolved),
         quant=quant,
-        rotary_cache_len=model.max_position_embeddings,
+        rotary_cache_len=model.max_position_embeddings * mrope_cache_factor(model),
     )
     # --cpu-offload-gb moves that many GiB of weights per GPU to (UVA-mapped) host memory
     return max(0, weights - int(resolved.cpu_offload_gb * GIB))
@@ -188,6 +189,11 @@ def activation_bytes(
     else:
         sampler = rules.sampler_bytes_per_logit * logits
     peak = max(sampler, _mlp_transient_bytes(model, resolved), moe.transient)
+    if model.vision is not None and model.vision.encoder is not None:
+        # the encoder pass, then the language model's batch beside the encoder cache
+        enc = encoder_profile(model, resolved, rules)
+        language = hidden + peak + enc.cache_bytes
+        return int(V1_ACTIVATION_BASE_BYTES + max(language, enc.peak_bytes) + moe.persistent)
     vision = VISION_PROFILE_BYTES if model.vision else 0.0
     return int(V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + moe.persistent)
 

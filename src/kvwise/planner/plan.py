@@ -8,7 +8,7 @@ outside the profiled budget.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GpuSpec
@@ -36,6 +36,7 @@ from kvwise.planner.result import (
     PlanError,
     ResolvedFlags,
 )
+from kvwise.planner.vision_profile import tower_loaded
 from kvwise.planner.warnings import collect_warnings
 
 
@@ -218,6 +219,8 @@ def plan(
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
     model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
+    if not tower_loaded(model, resolved, rules):  # every --limit-mm-per-prompt 0 (0.10.1+)
+        model = replace(model, vision=None)
     parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
     dtype_bytes = kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)

@@ -25,6 +25,7 @@ _COMMAND_FLAGS = (
     "block_size",
     "kv_cache_memory_bytes",
     "cpu_offload_gb",
+    "limit_mm_per_prompt",
 )
 
 

@@ -44,6 +44,7 @@ class ResolvedFlags:
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
     lora_dtype: str | None = None
+    limit_mm_per_prompt: str | None = None  # as the user gave it (vision_profile.py parses it)
     extra_args: tuple[str, ...] = ()  # flags not modelled, passed through as pasted
 
 

@@ -6,6 +6,7 @@ from kvwise.core.gpus import GIB
 from kvwise.planner.defaults import VersionRules
 from kvwise.planner.memory import NVLINK_MIN_BYTES_S
 from kvwise.planner.result import Plan
+from kvwise.planner.vision_profile import encoder_lines
 
 
 def _kv_warnings(plan: Plan) -> list[str]:
@@ -73,4 +74,7 @@ def _model_warnings(plan: Plan) -> list[str]:
 
 
 def collect_warnings(plan: Plan, rules: VersionRules) -> tuple[str, ...]:
-    return tuple(_kv_warnings(plan) + _device_warnings(plan, rules) + _model_warnings(plan))
+    vision = encoder_lines(plan, rules)
+    return tuple(
+        _kv_warnings(plan) + _device_warnings(plan, rules) + _model_warnings(plan) + vision
+    )
