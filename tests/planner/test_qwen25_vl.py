@@ -134,3 +134,13 @@ def test_the_limit_is_a_modelled_flag_that_goes_back_into_the_command() -> None:
     assert parsed.ignored == () and parsed.flags.limit_mm_per_prompt == NO_MEDIA
     result = _plan("0.27.1", limit_mm_per_prompt=parsed.flags.limit_mm_per_prompt)
     assert f"--limit-mm-per-prompt '{NO_MEDIA}'" in vllm_command(VL7, result.flags)
+
+
+@pytest.mark.parametrize(("version", "modality"), [("0.16.0", "image"), ("0.17.0", "video")])
+def test_equal_image_and_video_sizes_profile_the_modality_the_release_picks(
+    version: str, modality: str
+) -> None:
+    # one video frame and one image have the same 16,384 tokens; vLLM logs which it profiled
+    result = _plan(version)
+    line = next(w for w in result.warnings if w.startswith("vision tower"))
+    assert f"1 {modality} item(s) of 16,384 tokens" in line

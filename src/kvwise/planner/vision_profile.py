@@ -3,8 +3,8 @@
 
 Before the language model's dummy batch, V1's `profile_run` pushes a dummy multimodal batch
 through the encoder and keeps its outputs in the encoder cache while the language model runs
-(v0.8.5/v0.9.0.1 `v1/worker/gpu_model_runner.py:GPUModelRunner.profile_run`; 0.10.1-0.19
-`v1/worker/utils.py:MultiModalBudget`; 0.19+ `multimodal/encoder_budget.py:MultiModalBudget`;
+(v0.8.5-v0.10.0 `v1/worker/gpu_model_runner.py:GPUModelRunner.profile_run`; 0.10.1+
+`v1/worker/utils.py:MultiModalBudget`, later `multimodal/encoder_budget.py:MultiModalBudget`;
 Model Runner V2 `v1/worker/gpu/mm/encoder_runner.py:EncoderRunner.profile_encoder_cache`).
 
 What it runs:
@@ -156,8 +156,8 @@ def encoder_profile(
         return EncoderProfile("", 0, 0, 0, 0, 0)
     best = max(max_tokens.values())
     tied = [m for m in MODALITIES if max_tokens.get(m) == best]
-    # 0.8-0.14: max() keeps the first of equal counts (image); 0.19+: key (tokens, name): video
-    modality = tied[-1] if version >= (0, 19, 0) else tied[0]
+    # 0.8-0.16: max() keeps the first of equal counts (image); 0.17+: key (tokens, name): video
+    modality = tied[-1] if version >= (0, 17, 0) else tied[0]
     if modality == "video" and best > _image_tokens(enc):
         raise UnsupportedModelError(
             f"{model.model_id} on vLLM {rules.version}: not modelled: the encoder profile's "
