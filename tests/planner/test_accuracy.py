@@ -13,9 +13,9 @@ from __future__ import annotations
 import statistics
 
 from tests.planner.accuracy import (
+    EXAMINED_BATCHES,
     IN_SAMPLE,
     Scored,
-    EXAMINED_BATCHES,
     batch_files,
     load,
     report_lines,
