@@ -98,6 +98,21 @@ def test_graph_capture_oom_moves_the_fraction_back_to_the_release_default() -> N
     assert "default" in fix["change"]
 
 
+def test_a_capture_oom_the_plan_predicts_keeps_the_largest_fraction_that_leaves_start_up_room() -> (
+    None
+):
+    # Gemma-3-4B-it on a 4090 at 0.97: the request table of its full context, the attention
+    # buffers and the graphs no longer fit outside the pool; the fix is not the release's
+    # default (0.88) but the largest fraction that leaves them room, so the KV pool stays large
+    log = _log("google/gemma-3-4b-it", 0.97, "NVIDIA GeForce RTX 4090", CAPTURE_OOM)
+    fix = _doctor(log)["fix"]
+    after = fix["mem_fraction_static"]["after"]
+    assert fix["starts"] and 0.88 < after < 0.97
+    model, gpu = load_model("google/gemma-3-4b-it"), resolve_gpu("rtx4090", None, None)
+    higher = plan_sglang(model, gpu, VllmFlags(), SglangFlags("0.4.3", round(after + 0.01, 2)))
+    assert not higher.starts and "Capture cuda graph failed" in (higher.error or "")
+
+
 def test_a_rejected_prompt_gets_a_pool_that_holds_it() -> None:
     line = TOO_LONG.replace("160062", "40000").replace("59862", "30000")
     log = _log("Qwen/Qwen2.5-7B-Instruct", 0.7, "NVIDIA GeForce RTX 4090", line)

@@ -88,6 +88,12 @@ def _tp_fix(base: SglangPlan, plan_tp: PlanWith) -> SglangFix | None:
 
 
 def _headroom_fix(base: SglangPlan, plan_with: PlanWith, default: SglangPlan) -> SglangFix | None:
+    planned = base.fix  # the plan predicts the OOM: the largest fraction that leaves start-up room
+    if planned is not None and planned.mem_fraction_static is not None:
+        fraction = planned.mem_fraction_static
+        after = plan_with(mem_fraction_static=fraction)
+        if after.starts:
+            return SglangFix(f"--mem-fraction-static {fraction:.2f}", base, after)
     if base.mem_fraction_static > default.mem_fraction_static + 1e-6:
         change = f"--mem-fraction-static {default.mem_fraction_static:.3f}"
         return SglangFix(change + " (this release's default)", base, default)

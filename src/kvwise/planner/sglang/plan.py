@@ -12,6 +12,14 @@ from kvwise.planner.defaults import resolve_flags, rules_for
 from kvwise.planner.kv import kv_dtype_bytes
 from kvwise.planner.result import ResolvedFlags
 from kvwise.planner.sglang.fraction import FractionInputs, default_fraction, defaults_for
+from kvwise.planner.sglang.outside import (
+    OutsideFix,
+    OutsideNeed,
+    largest_fraction,
+    largest_graph_bs,
+    outside_need,
+    shorter_context,
+)
 from kvwise.planner.sglang.pool import (
     cell_bytes,
     max_running_requests,
@@ -59,6 +67,9 @@ class SglangPlan:
     error: str | None
     warnings: tuple[str, ...]
     not_modelled: tuple[str, ...]
+    # what start-up allocates after the pool (request table, attention buffers, CUDA graphs)
+    outside: OutsideNeed | None = None
+    fix: OutsideFix | None = None  # flag changes that make a start-up OOM fit
 
     @property
     def starts(self) -> bool:
@@ -101,6 +112,39 @@ def max_input_tokens(tokens: int, context: int) -> int:
 def _error(release: SglangRelease, fraction: float, weights: int, free: int) -> str:
     minimum = weights / free  # SGLang's own: 1 - available after loading / available before
     return release.error_text.format(fraction=round(fraction, 3), minimum=minimum)
+
+
+def _capture_fix(
+    release: SglangRelease,
+    inputs: FractionInputs,
+    need: OutsideNeed,
+    sizes: tuple[int, int, int],
+    pool: tuple[int, int, int | None],
+) -> OutsideFix:
+    """Each change that alone leaves start-up its room: the largest fraction (two decimals) that
+    still leaves a KV pool, the largest --cuda-graph-max-bs, the longest --context-length."""
+    free, static, weights = sizes
+    room = free - static
+    fraction: float | None = largest_fraction(free, need.at_start)
+    if fraction is not None and fraction * free <= weights:
+        fraction = None  # no fraction leaves both a KV pool and this room
+    bs: int | None = largest_graph_bs(room, need)
+    if not need.graphs or bs is None or not 1 <= bs < inputs.cuda_graph_max_bs:
+        bs = None
+    return OutsideFix(fraction, bs, shorter_context(release, inputs, pool, room))
+
+
+def _capture_error(release: SglangRelease, need: OutsideNeed, room: int, fix: OutsideFix) -> str:
+    """SGLang's own message for an out-of-memory error after the pool, with kvwise's figures."""
+    text = release.data.get("capture_error_text", "torch.cuda.OutOfMemoryError: CUDA out of memory")
+    flags = fix.flags()
+    return (
+        f"{text}\n(kvwise: {room / GIB:.2f} GiB is left outside the static pool; start-up needs "
+        f"{need.at_start / GIB:.2f} GiB there: request table {need.req_to_token / GIB:.2f}, "
+        f"attention buffers {need.attention / GIB:.2f}, CUDA graphs "
+        f"{(need.graphs + need.piecewise) / GIB:.2f}; "
+        + (f"fix: {flags})" if flags else "no single flag change makes it fit)")
+    )
 
 
 def _warnings(
@@ -157,6 +201,14 @@ def plan_sglang(
         resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
     )
     is_default = sglang.mem_fraction_static is None
+    need = outside_need(release, inputs, tokens, context, sglang.max_running_requests)
+    error, fix = None, None
+    if tokens <= 0:
+        error = _error(release, fraction, weights, free)
+    elif free - static < need.at_start:
+        pool = (tokens, context, sglang.max_running_requests)
+        fix = _capture_fix(release, inputs, need, (free, static, weights), pool)
+        error = _capture_error(release, need, free - static, fix)
     return SglangPlan(
         model,
         gpu,
@@ -173,7 +225,9 @@ def plan_sglang(
         max(static - weights, 0),
         tokens,
         sglang.max_running_requests or max_running_requests(max(tokens, 1), context, release),
-        _error(release, fraction, weights, free) if tokens <= 0 else None,
+        error,
         _warnings(tokens, context, free - static, (free - int(default * free), default)),
         _not_modelled(model, inputs.is_multimodal and is_default),
+        need,
+        fix,
     )

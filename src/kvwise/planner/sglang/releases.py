@@ -106,3 +106,7 @@ def default_chunked_prefill_size(release: SglangRelease, gpu_mib: float) -> int:
 def default_cuda_graph_max_bs(release: SglangRelease, gpu_mib: float, tp: int) -> int:
     tier = _tier(release.data["graph_bs_tiers"], gpu_mib)
     return int(tier[1] if tp < 4 else tier[2])
+
+
+def outside_pool_constants() -> dict[str, Any]:
+    return dict(_table()["outside_pool"])

@@ -58,6 +58,21 @@ def _gib(value: int) -> float:
     return round(value / GIB, 3)
 
 
+def _outside(result: SglangPlan) -> dict[str, Any] | None:
+    """What start-up allocates after the pool, by term, and the fix when it does not fit."""
+    need = result.outside
+    if need is None:
+        return None
+    return {
+        "left": _gib(result.pre_load_free_bytes - result.static_bytes),
+        "needed": _gib(need.at_start),
+        "request_table": _gib(need.req_to_token),
+        "attention_buffers": _gib(need.attention),
+        "cuda_graphs": _gib(need.graphs + need.piecewise),
+        "fix": result.fix.flags() if result.fix is not None else None,
+    }
+
+
 def to_json(
     result: SglangPlan,
     flags: VllmFlags,
@@ -83,6 +98,7 @@ def to_json(
             "kv_cache": _gib(result.kv_bytes),
             "outside_static": _gib(result.gpu.memory_bytes - result.static_bytes),
         },
+        "start_up_outside_static_gib": _outside(result),
         "max_total_num_tokens": result.max_total_num_tokens,
         "max_running_requests": result.max_running_requests,
         "chunked_prefill_size": result.chunked_prefill_size,
