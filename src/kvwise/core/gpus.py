@@ -14,6 +14,14 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 
+# The lowest CUDA compute capability vLLM's official wheels ship kernels for: 7.0 in every release
+# (installation docs v0.3.3-v0.14: "GPU: compute capability 7.0 or higher"; 7.5 from v0.21, whose
+# CUDA 12.8+ wheels drop 7.0; CMakeLists.txt CUDA_SUPPORTED_ARCHS never lists a 6.x arch; setup.py
+# SUPPORTED_ARCHS before it started at "7.0"). Pascal (6.0, 6.1) runs only a build made for it
+# (vllm-project/vllm#963: "vLLM may work without any modification: just try installing vLLM
+# from source", confirmed there on a Pascal Quadro P2000).
+OFFICIAL_VLLM_MIN_CAPABILITY = 7.0
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -39,6 +47,12 @@ class GpuSpec:
     def is_rocm(self) -> bool:
         """An AMD card: `compute_capability` holds its gfx target, not a CUDA version."""
         return self.compute_capability.startswith("gfx")
+
+    @property
+    def has_official_vllm_build(self) -> bool:
+        """Whether vLLM's official wheels have kernels for this card (every ROCm target vLLM
+        lists does; CUDA: compute capability 7.0 or newer)."""
+        return self.is_rocm or float(self.compute_capability) >= OFFICIAL_VLLM_MIN_CAPABILITY
 
     @property
     def supports_bf16(self) -> bool:
