@@ -319,6 +319,9 @@ def test_detection_without_nvml_or_driver_finds_nothing() -> None:
         ("4060 Ti", {"rtx4060ti-8gb", "rtx4060ti-16gb"}),
         ("NVIDIA H100 80GB HBM3", {"h100-sxm"}),
         ("gh200", {"gh200-96gb", "gh200-144gb"}),
+        ("Tesla P40", {"p40"}),
+        ("p100", {"p100-16gb-sxm2", "p100-16gb-pcie", "p100-12gb-pcie"}),
+        ("GTX 1060", {"gtx1060-6gb", "gtx1060-3gb"}),
     ],
 )
 def test_gpus_query_shows_which_key_is_my_card(
@@ -378,3 +381,12 @@ def test_pascal_geforce_16_bit_figure_is_not_the_crippled_native_fp16_rate() -> 
             assert entry["fp16_native_tflops"] < entry["fp32_tflops"] / 32, entry["key"]
         if entry["compute_capability"] == "6.0":  # GP100: half2 at twice FP32
             assert entry["fp16_native_tflops"] == pytest.approx(2 * entry["fp32_tflops"], 0.01)
+
+
+def test_gpus_lists_the_pascal_cards_with_their_architecture(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["gpus", "--json"]) == 0
+    rows = {row["key"]: row for row in json.loads(capsys.readouterr().out)}
+    for key in ("p40", "p4", "p100-16gb-pcie", "titan-xp", "gtx1080ti", "gtx1080", "gtx1070"):
+        assert rows[key]["compute_capability"] in ("6.0", "6.1"), key
