@@ -1,6 +1,6 @@
 """Planning on a card vLLM's official builds have no kernels for (Pascal, compute capability
 6.x): the memory figures as for any card, float16 (no bf16 there), and one line saying that
-the official builds do not run there and a community or from-source build is needed."""
+the official builds do not run there and a community (or patched source) build is needed."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_a_pascal_plan_gives_the_figures_float16_and_the_build_warning(
     assert data["starts"] and data["memory_gib"]["kv_cache"] > 0
     lines = [w for w in data["warnings"] if w.startswith(OFFICIAL)]
     assert len(lines) == 1
-    assert "compute capability 6." in lines[0] and "from-source build" in lines[0]
+    assert "compute capability 6." in lines[0] and "community build" in lines[0]
     assert any("6.x" in part for part in data["not_modelled"])
 
 

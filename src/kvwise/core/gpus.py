@@ -14,12 +14,14 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 
-# The lowest CUDA compute capability vLLM's official wheels ship kernels for: 7.0 in every release
-# (installation docs v0.3.3-v0.14: "GPU: compute capability 7.0 or higher"; 7.5 from v0.21, whose
-# CUDA 12.8+ wheels drop 7.0; CMakeLists.txt CUDA_SUPPORTED_ARCHS never lists a 6.x arch; setup.py
-# SUPPORTED_ARCHS before it started at "7.0"). Pascal (6.0, 6.1) runs only a build made for it
-# (vllm-project/vllm#963: "vLLM may work without any modification: just try installing vLLM
-# from source", confirmed there on a Pascal Quadro P2000).
+# Below this CUDA compute capability no official vLLM wheel has shipped kernels: the installation
+# docs say "GPU: compute capability 7.0 or higher" (v0.3.3, v0.4.0, v0.5.0, v0.6.1, v0.14.0) and
+# "7.5 or higher" (v0.21.0); CMakeLists.txt CUDA_SUPPORTED_ARCHS starts at 7.0 (CUDA < 12.8) or
+# 7.5 (CUDA 12.8+), and setup.py's SUPPORTED_ARCHS before it at "7.0". Pascal (6.0, 6.1) runs
+# only a build made for it: vllm-project/vllm#963 (a maintainer: "just try installing vLLM from
+# source"; a user ran it on a Pascal Quadro P2000 after removing setup.py's arch check, and the
+# CMake arch lists above filter 6.x out the same way). The 7.5 floor of recent wheels (Volta) is
+# not applied here.
 OFFICIAL_VLLM_MIN_CAPABILITY = 7.0
 
 

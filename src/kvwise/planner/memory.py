@@ -288,7 +288,7 @@ NCCL_INIT_NOT_MODELLED = (
 
 
 UNOFFICIAL_BUILD_NOT_MODELLED = (
-    "a community or from-source build for compute capability 6.x: which attention backend and "
+    "a community or patched-source build for compute capability 6.x: which attention backend and "
     "kernels it runs, their workspace memory, and whether CUDA graphs capture there (kvwise "
     "sizes them as the official engine's)"
 )

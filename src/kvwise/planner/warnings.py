@@ -34,8 +34,10 @@ def unofficial_build_warning(gpu: GpuSpec) -> str | None:
         return None
     return (
         f"vLLM's official builds do not run on {gpu.name} (compute capability "
-        f"{gpu.compute_capability}; their kernels start at {OFFICIAL_VLLM_MIN_CAPABILITY:.1f}): "
-        "it needs a community or from-source build, whose differences are not modelled"
+        f"{gpu.compute_capability}; no release has shipped kernels below "
+        f"{OFFICIAL_VLLM_MIN_CAPABILITY:.1f}): "
+        "it needs a community build or one from source patched for it, whose differences are not "
+        "modelled"
     )
 
 
