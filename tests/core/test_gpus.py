@@ -44,6 +44,22 @@ DRIVER_NAMES = [
     ("Tesla V100-SXM2-16GB", "v100-16gb-sxm2", 16),
     ("Tesla V100-PCIE-16GB", "v100-16gb-pcie", 16),
     ("Tesla V100S-PCIE-32GB", "v100s", 32),  # vllm-project/vllm#10147
+    # Pascal (compute capability 6.x): names as TensorFlow's device log and nvidia-smi print them
+    # (public logs; newer drivers put "NVIDIA " before the GeForce names, paddle's test of
+    # get_device_name on a P40 has "Tesla P40")
+    ("Tesla P40", "p40", 24),
+    ("Tesla P4", "p4", 8),
+    ("Tesla P100-PCIE-16GB", "p100-16gb-pcie", 16),
+    ("Tesla P100-PCIE-12GB", "p100-12gb-pcie", 12),
+    ("Tesla P100-SXM2-16GB", "p100-16gb-sxm2", 16),
+    ("NVIDIA TITAN Xp", "titan-xp", 12),
+    ("TITAN Xp", "titan-xp", 12),
+    ("NVIDIA GeForce GTX 1080 Ti", "gtx1080ti", 11),
+    ("GeForce GTX 1080 Ti", "gtx1080ti", 11),
+    ("NVIDIA GeForce GTX 1080", "gtx1080", 8),
+    ("NVIDIA GeForce GTX 1070", "gtx1070", 8),
+    ("NVIDIA GeForce GTX 1060 6GB", "gtx1060-6gb", 6),
+    ("GeForce GTX 1060 3GB", "gtx1060-3gb", 3),
     ("NVIDIA A10", "a10", 24),
     ("NVIDIA A10G", "a10g", 24),
     ("NVIDIA A16", "a16", 16),
@@ -131,6 +147,13 @@ def test_driver_names_resolve_to_their_card_and_memory(
         ("Tesla T4, 15360 MiB", "t4"),
         ("NVIDIA A100-PCIE-40GB, 40960 MiB", "a100-40gb-pcie"),
         ("V100 32GB", "v100-32gb-sxm2"),
+        ("1080 Ti", "gtx1080ti"),  # a bare number no RTX card has: the GTX card
+        ("1080", "gtx1080"),
+        ("p40", "p40"),
+        ("P100 12GB", "p100-12gb-pcie"),
+        ("P100 16GB", "p100-16gb-sxm2"),  # one memory size, two forms: the SXM part, named so
+        ("Tesla P40, 22919 MiB", "p40"),  # nvidia-smi with ECC on (the Tesla default)
+        ("NVIDIA GeForce GTX 1060, 6144 MiB", "gtx1060-6gb"),
     ],
 )
 def test_what_users_type(typed: str, key: str) -> None:
@@ -199,7 +222,7 @@ def test_near_miss_names_never_cross(name: str, not_key: str) -> None:
     [
         "NVIDIA GeForce RTX 4090 D",
         "RTX 4050",
-        "NVIDIA GeForce GTX 1080 Ti",
+        "NVIDIA GeForce GTX 980 Ti",  # Maxwell (5.2): older than any card vLLM can run on
         "Arcturus GL-XL [AMD Instinct MI100]",
     ],
 )
@@ -296,6 +319,9 @@ def test_detection_without_nvml_or_driver_finds_nothing() -> None:
         ("4060 Ti", {"rtx4060ti-8gb", "rtx4060ti-16gb"}),
         ("NVIDIA H100 80GB HBM3", {"h100-sxm"}),
         ("gh200", {"gh200-96gb", "gh200-144gb"}),
+        ("Tesla P40", {"p40"}),
+        ("p100", {"p100-16gb-sxm2", "p100-16gb-pcie", "p100-12gb-pcie"}),
+        ("GTX 1060", {"gtx1060-6gb", "gtx1060-3gb"}),
     ],
 )
 def test_gpus_query_shows_which_key_is_my_card(
@@ -306,7 +332,7 @@ def test_gpus_query_shows_which_key_is_my_card(
 
 
 def test_gpus_query_for_no_card_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["gpus", "GTX 1080 Ti"]) == 2
+    assert main(["gpus", "GTX 980 Ti"]) == 2
     assert "unknown GPU" in capsys.readouterr().err
 
 
@@ -326,3 +352,41 @@ def test_a_size_in_the_name_may_be_the_gib_a_tool_showed(name: str, key: str) ->
 def test_a_size_no_variant_is_near_is_refused_with_the_choices() -> None:
     with pytest.raises(UnknownGpuError, match="a100"):
         find_gpu("A100 60GB")
+
+
+def test_pascal_cards_have_no_bf16_and_no_official_vllm_build() -> None:
+    for key in ("p40", "p100-16gb-pcie", "gtx1080ti", "titan-xp"):
+        gpu = find_gpu(key)
+        assert not gpu.supports_bf16 and not gpu.has_official_vllm_build, key
+    # the cards vLLM's wheels do build for keep their build: Volta, Turing, Ampere, AMD
+    for key in ("v100-16gb-sxm2", "t4", "rtx3090", "mi300x"):
+        assert find_gpu(key).has_official_vllm_build, key
+
+
+def test_a_p40_plans_with_the_memory_cuda_reports_with_ecc_on() -> None:
+    # 22.38 GiB is what TensorFlow's device log and a PyTorch OOM print on a P40 (nvidia-smi:
+    # 22919 MiB); its marketed 24 GB is only there with ECC off (24451 MiB), which
+    # --gpu-memory-gib sets
+    assert find_gpu("Tesla P40").memory_gib == pytest.approx(22919 / 1024, abs=0.01)
+    ecc_off = resolve_gpu("Tesla P40", 24451 / 1024)
+    assert ecc_off.key == "p40" and ecc_off.memory_gib == pytest.approx(23.88, abs=0.01)
+
+
+def test_pascal_geforce_16_bit_figure_is_not_the_crippled_native_fp16_rate() -> None:
+    # compute capability 6.1 computes FP16 at 1/64 of FP32; vLLM's fp16 GEMMs run with fp32
+    # compute, so the step-time figure is the FP32 rate, and the native rate is kept beside it
+    for entry in _raw_catalog()["gpus"]:
+        if entry["compute_capability"] == "6.1":
+            assert entry["bf16_tflops"] == entry["fp32_tflops"], entry["key"]
+            assert entry["fp16_native_tflops"] < entry["fp32_tflops"] / 32, entry["key"]
+        if entry["compute_capability"] == "6.0":  # GP100: half2 at twice FP32
+            assert entry["fp16_native_tflops"] == pytest.approx(2 * entry["fp32_tflops"], 0.01)
+
+
+def test_gpus_lists_the_pascal_cards_with_their_architecture(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["gpus", "--json"]) == 0
+    rows = {row["key"]: row for row in json.loads(capsys.readouterr().out)}
+    for key in ("p40", "p4", "p100-16gb-pcie", "titan-xp", "gtx1080ti", "gtx1080", "gtx1070"):
+        assert rows[key]["compute_capability"] in ("6.0", "6.1"), key

@@ -7,7 +7,8 @@ strings: "NVIDIA A100-SXM4-40GB", "Tesla T4", "NVIDIA GeForce RTX 4060 Laptop GP
 1. The whole name, normalized, equals an entry's key, name or alias: that entry.
 2. Otherwise the name less its memory size ("40GB", "144G") names a group: the entries whose
    name, key or alias is that name less a memory size, plus the entry's declared `groups`
-   ("A100", "gfx942"). A bare GeForce number ("4090", "4060 Ti") is the RTX card of that number.
+   ("A100", "gfx942"). A bare GeForce number ("4090", "4060 Ti") is the RTX card of that number,
+   or the GTX one where no RTX card has it ("1080 Ti").
    The memory size, or the total the caller knows (--gpu-memory-gib), narrows the group.
 3. One entry left: that entry. Several of one memory size that differ only in form factor (SXM
    and PCIe): the one the catalog marks `preferred`, whose name says which it is. Several memory
@@ -94,10 +95,14 @@ class NameIndex:
             return self.entries[self.exact[wanted]]
         rest, memory_gb = split_memory(cleaned)
         family = normalize(rest)
-        found = self._group(family) or (self._group("rtx" + family) if family[:1].isdigit() else ())
+        found = self._group(family) or (self._bare_number(family) if family[:1].isdigit() else ())
         if not found:
             raise UnknownGpuError(self._unknown(name, wanted))
         return self.entries[self._narrow(name, found, memory_gb, memory_gib)]
+
+    def _bare_number(self, family: str) -> tuple[int, ...]:
+        """A bare GeForce number: the RTX card ("4090"), else the GTX one ("1080 Ti")."""
+        return self._group("rtx" + family) or self._group("gtx" + family)
 
     def _group(self, family: str) -> tuple[int, ...]:
         exact = (self.exact[family],) if family in self.exact else ()

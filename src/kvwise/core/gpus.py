@@ -14,6 +14,16 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 
+# Below this CUDA compute capability no official vLLM wheel has shipped kernels: the installation
+# docs say "GPU: compute capability 7.0 or higher" (v0.3.3, v0.4.0, v0.5.0, v0.6.1, v0.14.0) and
+# "7.5 or higher" (v0.21.0); CMakeLists.txt CUDA_SUPPORTED_ARCHS starts at 7.0 (CUDA < 12.8) or
+# 7.5 (CUDA 12.8+), and setup.py's SUPPORTED_ARCHS before it at "7.0". Pascal (6.0, 6.1) runs
+# only a build made for it: vllm-project/vllm#963 (a maintainer: "just try installing vLLM from
+# source"; a user ran it on a Pascal Quadro P2000 after removing setup.py's arch check, and the
+# CMake arch lists above filter 6.x out the same way). The 7.5 floor of recent wheels (Volta) is
+# not applied here.
+OFFICIAL_VLLM_MIN_CAPABILITY = 7.0
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -39,6 +49,12 @@ class GpuSpec:
     def is_rocm(self) -> bool:
         """An AMD card: `compute_capability` holds its gfx target, not a CUDA version."""
         return self.compute_capability.startswith("gfx")
+
+    @property
+    def has_official_vllm_build(self) -> bool:
+        """Whether vLLM's official wheels have kernels for this card (every ROCm target vLLM
+        lists does; CUDA: compute capability 7.0 or newer)."""
+        return self.is_rocm or float(self.compute_capability) >= OFFICIAL_VLLM_MIN_CAPABILITY
 
     @property
     def supports_bf16(self) -> bool:

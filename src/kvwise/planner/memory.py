@@ -287,12 +287,24 @@ NCCL_INIT_NOT_MODELLED = (
 )
 
 
-def setup_not_modelled(resolved: ResolvedFlags, rules: VersionRules) -> tuple[str, ...]:
+UNOFFICIAL_BUILD_NOT_MODELLED = (
+    "a community or patched-source build for compute capability 6.x: which attention backend and "
+    "kernels it runs, their workspace memory, and whether CUDA graphs capture there (kvwise "
+    "sizes them as the official engine's)"
+)
+
+
+def setup_not_modelled(
+    gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> tuple[str, ...]:
     """Parts of this set-up's start-up memory kvwise does not size."""
+    out: tuple[str, ...] = ()
+    if not gpu.has_official_vllm_build:
+        out += (UNOFFICIAL_BUILD_NOT_MODELLED,)
     is_multi_gpu = resolved.tensor_parallel_size * resolved.pipeline_parallel_size > 1
     if is_multi_gpu and rules.distributed_init_before_snapshot:
-        return (NCCL_INIT_NOT_MODELLED,)
-    return ()
+        out += (NCCL_INIT_NOT_MODELLED,)
+    return out
 
 
 def before_snapshot_bytes(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:

@@ -276,7 +276,7 @@ def plan(
         error=error,
         host_ram_bytes=host,
         warnings=(),
-        setup_not_modelled=memory.setup_not_modelled(resolved, rules),
+        setup_not_modelled=memory.setup_not_modelled(gpu, resolved, rules),
         verdict_not_modelled=verdict_not_modelled,
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

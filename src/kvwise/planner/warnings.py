@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvwise.core.gpus import GIB
+from kvwise.core.gpus import GIB, OFFICIAL_VLLM_MIN_CAPABILITY, GpuSpec
 from kvwise.planner.defaults import VersionRules
 from kvwise.planner.memory import NVLINK_MIN_BYTES_S
 from kvwise.planner.result import Plan
@@ -28,9 +28,25 @@ def _kv_warnings(plan: Plan) -> list[str]:
     return out
 
 
+def unofficial_build_warning(gpu: GpuSpec) -> str | None:
+    """The one line for a card vLLM's official builds have no kernels for (Pascal, 6.x)."""
+    if gpu.has_official_vllm_build:
+        return None
+    return (
+        f"vLLM's official builds do not run on {gpu.name} (compute capability "
+        f"{gpu.compute_capability}; no release has shipped kernels below "
+        f"{OFFICIAL_VLLM_MIN_CAPABILITY:.1f}): "
+        "it needs a community build or one from source patched for it, whose differences are not "
+        "modelled"
+    )
+
+
 def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
     out = []
     flags, mem = plan.flags, plan.memory
+    unofficial = unofficial_build_warning(plan.gpu)
+    if unofficial is not None:
+        out.append(unofficial)
     if flags.tensor_parallel_size > 1 and plan.gpu.interconnect_bytes_s < NVLINK_MIN_BYTES_S:
         out.append(
             f"tensor parallelism over {plan.gpu.name} without NVLink: every layer's all-reduce crosses "

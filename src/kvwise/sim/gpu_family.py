@@ -32,6 +32,9 @@ class Family:
 
 # (compute capability, GeForce) -> family
 FAMILIES: dict[tuple[str, bool], Family] = {
+    ("6.0", False): Family("Pascal HBM"),
+    ("6.1", False): Family("Pascal"),
+    ("6.1", True): Family("Pascal GeForce"),
     ("7.0", False): Family("Volta"),
     ("7.5", False): Family("Turing"),
     ("7.5", True): Family("Turing GeForce"),
@@ -49,9 +52,10 @@ FAMILIES: dict[tuple[str, bool], Family] = {
 
 
 def is_geforce(gpu: GpuSpec) -> bool:
-    """GeForce cards are named "RTX <number>" ("RTX PRO 6000" and "RTX A6000" are not)."""
+    """GeForce cards are named "RTX <number>" or "GTX <number>" ("RTX PRO 6000" and "RTX A6000"
+    are not)."""
     words = gpu.name.split()
-    return len(words) > 1 and words[0] == "RTX" and words[1][:1].isdigit()
+    return len(words) > 1 and words[0] in ("RTX", "GTX") and words[1][:1].isdigit()
 
 
 def family_key(gpu: GpuSpec) -> tuple[str, bool]:

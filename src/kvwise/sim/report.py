@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvwise.core.gpus import GpuSpec
+from kvwise.planner.warnings import unofficial_build_warning
 from kvwise.sim.bands import Band, bands_for
 from kvwise.sim.deploy import Deployment
 from kvwise.sim.runner import SimResult
@@ -263,6 +264,9 @@ def print_report(
         else f"vLLM {base.plan.vllm_version} ({base.plan.engine})"
     )
     console.print(f"[bold]{model_id}[/] on {gpu.name} ({gpu.memory_gib:.1f} GiB), {server}")
+    unofficial = None if _is_sglang(runs) else unofficial_build_warning(gpu)
+    if unofficial is not None:
+        console.print(f"[yellow]warning:[/] {unofficial}", highlight=False)
     console.print(f"workload: {runs[0].result.workload.description} (seed {seed})")
     for run in runs:
         console.print(_deployment_line(run), soft_wrap=True)
