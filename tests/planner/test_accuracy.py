@@ -82,7 +82,9 @@ def test_second_held_out_batch_figures_do_not_regress(fidelity_report: list[str]
     fidelity_report.extend(report_lines("planner held-out e", scored))
     assert len(scored) >= 27 and len({s.id for s in scored}) == len(scored)
     planned, median_error, verdicts = _figures(scored)
-    assert planned >= 25  # measured 26 of 27 (1 GTX 1080, not in the GPU catalog)
-    assert median_error <= 0.05  # measured 4.2 % over 10 cases (worst 49.1 %)
-    assert verdicts >= 0.8  # measured 22 of 26; two misses are halves of same-flag pairs
+    # at its scoring: 26 of 27 planned, 4.2 % over 10 cases (worst 49.1 %), 22 of 26 verdicts;
+    # the GTX 1080 record (a community build of 0.6.4) became plannable with the Pascal cards
+    assert planned >= 26  # measured 27 of 27
+    assert median_error <= 0.055  # measured 4.5 % over 11 cases (the GTX 1080 one +34 %)
+    assert verdicts >= 0.8  # measured 23 of 27; two misses are halves of same-flag pairs
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
