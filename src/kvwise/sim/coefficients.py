@@ -113,7 +113,11 @@ def profile_keys(gpu_name: str, tensor_parallel_size: int = 1) -> tuple[str, ...
 
 
 def choose(
-    fitted: dict[str, StepTimeCoefficients], gpu: GpuSpec, tensor_parallel_size: int = 1
+    fitted: dict[str, StepTimeCoefficients],
+    gpu: GpuSpec,
+    tensor_parallel_size: int = 1,
+    *,
+    cap_own: bool = True,
 ) -> tuple[StepTimeCoefficients, str]:
     """The set for this GPU and layout from `fitted`, and where it comes from:
 
@@ -130,12 +134,17 @@ def choose(
     points (their GEMM-bound steps are few), and out of sample (gpustack's H100 SXM prefill-
     heavy runs) that fitted value made H100 prefill about twice as fast as measured. Capping it
     leaves the in-sample figures within a few tenths of a point (benchmarks/results/sim_fidelity.txt).
+    `cap_own=False` leaves a card's own set as fitted: the fit's rounds use it
+    (benchmarks/fit_steptime.py), because the in-sample points cannot tell GEMM time from the
+    other terms: with the cap inside the fit, the refit moved the decode terms instead, and the
+    leave-one-source-out TPOT error of datacenter cards went from 9 % to 23 %.
     """
     tp = tensor_parallel_size
     family = family_of(gpu)
     for key in profile_keys(gpu.name, tp)[:-1]:
         if key in fitted:
-            return _capped(fitted[key], family, f"fitted on measurements of {key}")
+            source = f"fitted on measurements of {key}"
+            return _capped(fitted[key], family, source) if cap_own else (fitted[key], source)
     sibling = _sibling(fitted, gpu, tp)
     if sibling is not None:
         chosen = fitted[sibling]
