@@ -79,7 +79,9 @@ def one_round(
     for case in cases:
         tp = case.flags.tensor_parallel_size or 1
         keys = profile_keys(case.gpu, tp)
-        coefficients = choose(fitted, find_gpu(case.gpu), tp)[0]
+        # a card's own set as fitted, uncapped (`coefficients.choose`: the cap is a bound on
+        # predictions, not something the in-sample points can fit around)
+        coefficients = choose(fitted, find_gpu(case.gpu), tp, cap_own=False)[0]
         result = run_case(case, coefficients, record_steps=True)
         found = [
             Target(t.name, t.row, t.offset, t.measured, WEIGHTS[t.name])

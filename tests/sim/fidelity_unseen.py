@@ -31,7 +31,11 @@ from tests.sim.loso import REGIMES, regime
 
 GPU_NAMES = {  # the unseen file's spelling -> catalog name
     "A100-SXM-80GB": "A100 SXM 80GB",
-    "A100-80GB": "A100 80GB",  # dennislee22: form factor not stated (catalog: SXM4)
+    # dennislee22: form factor not stated; its same-node TP2 start-up log says "Custom allreduce
+    # is disabled because your platform lacks GPU P2P capability" (startup_logs_c.jsonl,
+    # c-dennislee-qwen2-7b-2xa100-80g-tp2-gmu05-16k). An SXM4 A100 always has NVLink
+    # peer-to-peer, so these are PCIe cards: all-reduce over PCIe 4.0, 1,935 GB/s HBM.
+    "A100-80GB": "A100 PCIe 80GB",
     "A100-40GB": "A100 40GB",
     "A100-PCIe-40GB": "A100 PCIe 40GB",
     "H100-SXM-80GB": "H100 SXM",

@@ -159,8 +159,11 @@ def dennislee22(record: dict[str, Any], gpu: str) -> Case | Skipped:
     )
     workload, how = _random(w, record["metrics"])
     notes += [how, "all prompts sent at once (request rate inf)"]
-    if gpu == "A100 80GB":
-        notes.append("A100 80GB form factor not stated: SXM4 assumed")
+    if gpu == "A100 PCIe 80GB":
+        notes.append(
+            "A100 80GB form factor not stated: PCIe, as the campaign's TP2 log says the GPUs "
+            "lack peer-to-peer (an SXM4 board has NVLink)"
+        )
     return _case(record, "dennislee22", gpu, flags, workload, notes, num_gpu_blocks=blocks)
 
 

@@ -15,6 +15,18 @@ def test_a_measured_card_gets_its_own_fitted_set() -> None:
     assert source == "fitted on measurements of RTX 4090"
 
 
+def test_a_measured_card_computes_no_faster_than_its_family_is_documented_to() -> None:
+    gpu = find_gpu("h100 sxm")  # its own set was fitted at ~94 % of dense peak
+    chosen, source = coefficients_with_source(gpu)
+    efficiency = family_of(gpu).gemm_efficiency
+    assert efficiency is not None and FITTED["H100 SXM"]["gemm_compute"] < 1 / efficiency
+    assert chosen.gemm_compute == 1 / efficiency
+    assert source.startswith("fitted on measurements of H100 SXM")
+    assert "GEMM at most 45% of peak" in source
+    # everything else stays as fitted on the card's own measurements
+    assert chosen.kv_read == FITTED["H100 SXM"]["kv_read"]
+
+
 def test_an_unmeasured_card_borrows_a_measured_sibling_and_says_so() -> None:
     gpu = find_gpu("h200")  # Hopper, like the measured H100 SXM, with more bandwidth
     chosen, source = coefficients_with_source(gpu)
