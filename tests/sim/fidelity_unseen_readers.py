@@ -320,6 +320,31 @@ def digitalocean(record: dict[str, Any], gpu: str) -> Case | Skipped:
     return _case(record, "digitalocean", gpu, flags, workload, notes, num_gpu_blocks=kv_blocks(f))
 
 
+def set_e(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    """Set e (unseen/serving_benchmarks_e.jsonl, SERVING_SOURCES_e.md): one layout for every
+    source, so one reader. The flags the record states, the release's defaults otherwise; the
+    random dataset with --ignore-eos (every set-e record is one)."""
+    f, w = record["server_flags"], record["workload"]
+    if w.get("dataset") != "random":
+        return Skipped(record["id"], f"dataset {w.get('dataset')}: no set-e reader for it")
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        max_num_batched_tokens=f.get("max_num_batched_tokens"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+        enable_prefix_caching=f.get("enable_prefix_caching"),
+        enforce_eager=f.get("enforce_eager"),
+    )
+    workload, how = _random(w, record["metrics"])
+    notes = [how, "unset flags: the release's defaults"]
+    if f.get("enable_expert_parallel"):
+        notes.append("--enable-expert-parallel: not modelled (read as plain TP)")
+    if w.get("num_warmups"):
+        notes.append(f"{w['num_warmups']} warm-up requests before the run: not simulated")
+    return _case(record, record["id"].split("-")[1], gpu, flags, workload, notes)
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "gpustack-": gpustack,
     "dennislee22-": dennislee22,
@@ -331,4 +356,5 @@ READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "vllm-issue-": vllm_thread,
     "vllm-pr-": vllm_thread,
     "do-gtc-": digitalocean,
+    "e-": set_e,
 }
