@@ -1,7 +1,7 @@
 """Simulator fidelity on the validation serving measurements, per GPU and per source.
 
     .venv/bin/python benchmarks/sim_fidelity.py [--data PATH] [--json] [--cases] [--loso [--jobs N]]
-    .venv/bin/python benchmarks/sim_fidelity.py --unseen [--cases]
+    .venv/bin/python benchmarks/sim_fidelity.py --unseen [--cases] [--unseen-file PATH]
 
 Prints the median |relative error| of output throughput, mean TPOT and median TTFT on the
 sub-saturation points (all, those the coefficients were fitted on, those held out), per GPU and
@@ -10,7 +10,9 @@ one line per case. Then the figures per GPU class and load regime, in sample and
 `--loso`, which refits once per source: minutes) leave-one-source-out, and every point left out
 of them with its reason (tests/sim/loso.py). The bars are checked by tests/sim/test_fidelity.py.
 `--unseen` scores the out-of-sample file (validation/unseen, readers in
-tests/sim/fidelity_unseen_readers.py) instead: nothing was fitted on it.
+tests/sim/fidelity_unseen_readers.py) instead: nothing was fitted on it. `--unseen-file`
+scores another held-out file in the same layout (the fresh set e:
+tests/data/validation/unseen/serving_benchmarks_e.jsonl).
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=12, help="--loso: most refit rounds")
     parser.add_argument("--jobs", type=int, default=1, help="--loso: sources refitted at once")
     parser.add_argument("--unseen", action="store_true", help="the out-of-sample file")
+    parser.add_argument("--unseen-file", help="another out-of-sample file (implies --unseen)")
     args = parser.parse_args(argv)
     started = time.process_time()
+    if args.unseen_file:
+        return _unseen(args.cases, started, Path(args.unseen_file))
     if args.unseen or Path(args.data).resolve() == UNSEEN_DATA.resolve():
-        return _unseen(args.cases, started)
+        return _unseen(args.cases, started, UNSEEN_DATA)
     outcomes, skipped, summary = evaluate(args.data)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -74,10 +79,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _unseen(cases: bool, started: float) -> int:
+def _unseen(cases: bool, started: float, path: Path) -> int:
     from tests.sim.fidelity_unseen import evaluate_unseen, unseen_report
 
-    outcomes, skipped = evaluate_unseen(UNSEEN_DATA)
+    outcomes, skipped = evaluate_unseen(path)
     if cases:
         for o in outcomes:
             errors = "  ".join(f"{k} {v:+.0%}" for k, v in o.errors.items())

@@ -46,6 +46,7 @@ GPU_NAMES = {  # the unseen file's spelling -> catalog name
     "L40S-48GB": "L40S",
     "RTX-3090-24GB": "RTX 3090",
     "RTX-4090-24GB": "RTX 4090",
+    "RTX-5070-Ti-16GB": "RTX 5070 Ti",
     "RTX-5090-32GB": "RTX 5090",
     "RTX-PRO-6000-Blackwell-96GB": "RTX PRO 6000 Blackwell",
 }

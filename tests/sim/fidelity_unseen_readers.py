@@ -323,6 +323,69 @@ def digitalocean(record: dict[str, Any], gpu: str) -> Case | Skipped:
     return _case(record, "digitalocean", gpu, flags, workload, notes, num_gpu_blocks=kv_blocks(f))
 
 
+def set_e(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    """Set e (unseen/serving_benchmarks_e.jsonl, SERVING_SOURCES_e.md): one layout for every
+    source, so one reader. The flags the record states, the release's defaults otherwise;
+    vLLM's random dataset at the stated lengths (every set-e record is one)."""
+    f, w, m = record["server_flags"], record["workload"], record["metrics"]
+    if w.get("dataset") != "random":
+        return Skipped(record["id"], f"dataset {w.get('dataset')}: no set-e reader for it")
+    notes = ["random prompts of the stated length", "unset flags: the release's defaults"]
+    sent = w.get("num_prompts")
+    if sent is None:
+        if w.get("max_concurrency") != 1:
+            return Skipped(record["id"], "number of prompts not stated")
+        sent = 10
+        notes.append("num_prompts not stated: 10 simulated (one at a time, so no request waits)")
+    max_tokens = int(w["random_output_len"])
+    output = max_tokens
+    if not w.get("ignore_eos") and m.get("total_output_tokens") and m.get("completed"):
+        output = min(max_tokens, round(m["total_output_tokens"] / m["completed"]))
+    elif not w.get("ignore_eos"):
+        notes.append("--ignore-eos not stated: every request assumed to reach max_tokens")
+    workload = WorkloadSpec(
+        "random",
+        num_prompts=int(sent),
+        request_rate=rate(w),
+        max_concurrency=w.get("max_concurrency"),
+        burstiness=float(w.get("burstiness") or 1.0),
+        input_len=int(w["random_input_len"]),
+        output_len=max(output, 1),
+        max_tokens=max_tokens,
+    )
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        max_num_batched_tokens=f.get("max_num_batched_tokens"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+        enable_prefix_caching=f.get("enable_prefix_caching"),
+        enforce_eager=f.get("enforce_eager"),
+    )
+    if f.get("enable_expert_parallel"):
+        notes.append("--enable-expert-parallel: not modelled (read as plain TP)")
+    if w.get("num_warmups"):
+        notes.append(f"{w['num_warmups']} warm-up requests before the run: not simulated")
+    if w.get("warm_prefix_replay"):
+        notes.append(
+            "same seed at every sweep point on one server: possible prefix-cache hits not modelled"
+        )
+    source = record["id"].split("-")[1]
+    measured_ = measured(m, int(sent))
+    return Case(
+        record["id"],
+        source,
+        gpu,
+        model_name(record),
+        version(record.get("engine_version")),
+        flags,
+        workload,
+        measured_,
+        None,
+        tuple(notes),
+    )
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "gpustack-": gpustack,
     "dennislee22-": dennislee22,
@@ -334,4 +397,5 @@ READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "vllm-issue-": vllm_thread,
     "vllm-pr-": vllm_thread,
     "do-gtc-": digitalocean,
+    "e-": set_e,
 }
