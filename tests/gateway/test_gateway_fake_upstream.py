@@ -104,6 +104,41 @@ def test_a_client_that_reads_slowly_gets_the_whole_stream_in_order() -> None:
     assert contents == [f"t{i} " for i in range(num_tokens)]
 
 
+def test_streamed_replies_on_one_kept_alive_connection_are_whole_http_messages() -> None:
+    """The head and the first events leave in one write, past uvicorn's `send`: the head must
+    still be uvicorn's (date, server), framed for keep-alive, and the next request on the same
+    connection answered the same way."""
+    with (
+        fake_upstreams(Behaviour(itl_s=0.002)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+        body = json.dumps({**CHAT, "max_tokens": 3, "stream": True}).encode()
+        host, port = gw.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as client:
+            for _ in range(2):
+                client.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+                received = b""
+                while not received.endswith(b"\r\n0\r\n\r\n"):
+                    data = client.recv(65536)
+                    assert data, "the gateway closed the kept-alive connection"
+                    received += data
+                head, _, framed = received.partition(b"\r\n\r\n")
+                status, *lines = head.decode().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines)
+                assert status == "HTTP/1.1 200 OK"
+                assert {"date", "server", "x-kvwise-replica"} <= headers.keys()
+                assert headers["content-type"] == "text/event-stream"
+                assert headers["transfer-encoding"] == "chunked"
+                assert "connection" not in headers  # kept alive
+                events = b"".join(_dechunk(framed)).decode().split("\n\n")
+                assert [e for e in events if e][-1] == "data: [DONE]"
+                assert sum('"content": "t' in e for e in events) == 3
+
+
 def _dechunk(framed: bytes) -> Iterator[bytes]:
     """The body of an HTTP/1.1 chunked message (no extensions, no trailers)."""
     while True:

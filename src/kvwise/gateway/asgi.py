@@ -153,7 +153,9 @@ class BodyWriter:
         ):
             return None
         content = [STATUS_LINE[status]]
-        for name, value in (*cycle.default_headers, *headers):
+        for name, value in cycle.default_headers:  # uvicorn's own (date, server)
+            content += (name.lower(), b": ", value, b"\r\n")
+        for name, value in headers:
             name = name.lower()
             if name in _FRAMING_HEADERS:
                 return None
