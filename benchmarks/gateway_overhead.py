@@ -177,7 +177,9 @@ def start(
         paths.append(Path("vllm-router", port, spawn("vllm-router", [
             router, "--worker-urls", f"http://127.0.0.1:{up}", "--port", str(port),
             "--policy", "round_robin", "--log-level", "warning",
-            "--max-concurrent-requests", "4096", "--queue-size", "4096"], port)))  # fmt: skip
+            "--max-concurrent-requests", "4096", "--queue-size", "4096",
+            # its metrics listener defaults to port 29000: two runs at once would collide
+            "--prometheus-port", str(free_port())], port)))  # fmt: skip
     else:
         print("vllm-router not installed (pip install vllm-router): not measured", file=sys.stderr)
     for client in clients:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import socket
+import time
 import weakref
+from collections.abc import Iterator
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -49,6 +53,101 @@ def test_a_replica_that_fails_mid_stream_ends_it_with_a_clean_error() -> None:
         assert tokens_before_a_mid_stream_failure(gw.url, CHAT) == ["", "t0 ", "t1 "]
         assert gw.gateway.metrics.broken_streams.get() == 1
         assert wait_until(lambda: gw.gateway.replicas[0].reserved_tokens == 0)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_budget_and_its_upstream() -> None:
+    with (
+        fake_upstreams(Behaviour(ttft_s=0.01, itl_s=0.02)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+        body = {**CHAT, "max_tokens": 500, "stream": True}
+        with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body) as stream:
+            lines = stream.iter_lines()
+            assert any('"t3 "' in line for line in lines)  # well past the first token
+            assert gw.gateway.replicas[0].reserved_tokens > 0
+        # the client is gone 490-odd tokens early: its reservation, and the upstream's work
+        assert wait_until(lambda: gw.gateway.replicas[0].reserved_tokens == 0, timeout_s=5)
+        assert wait_until(lambda: ups[0][1].num_running == 0, timeout_s=5)
+        assert wait_until(lambda: gw.gateway.metrics.disconnects.get() == 1, timeout_s=5)
+
+
+def test_a_client_that_reads_slowly_gets_the_whole_stream_in_order() -> None:
+    """A client that does not read for a while: once the sockets' buffers are full the relay
+    must hold the stream back (and the upstream with it), not drop or reorder events."""
+    num_tokens = 40_000  # 5.6 MB of events: more than the kernel buffers take (4 MB at most)
+    with (
+        fake_upstreams(Behaviour()) as ups,
+        running_gateway(make_config([ups[0][0]], max_model_len=50_000)) as gw,
+    ):
+        body = json.dumps({**CHAT, "max_tokens": num_tokens, "stream": True}).encode()
+        host, port = gw.url.removeprefix("http://").split(":")
+        with socket.socket() as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting
+            client.connect((host, int(port)))
+            client.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            time.sleep(1.0)  # the upstream has sent everything by now; the client read nothing
+            received = b""
+            while not received.endswith(b"\r\n0\r\n\r\n"):
+                data = client.recv(65536)
+                assert data, "closed before the end of the stream"
+                received += data
+    head, _, framed = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head
+    events = b"".join(_dechunk(framed)).decode().split("\n\n")
+    lines = [event for event in events if event.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    contents = [json.loads(line[6:])["choices"][0]["delta"]["content"] for line in lines[1:-1]]
+    assert contents == [f"t{i} " for i in range(num_tokens)]
+
+
+def test_streamed_replies_on_one_kept_alive_connection_are_whole_http_messages() -> None:
+    """The head and the first events leave in one write, past uvicorn's `send`: the head must
+    still be uvicorn's (date, server), framed for keep-alive, and the next request on the same
+    connection answered the same way."""
+    with (
+        fake_upstreams(Behaviour(itl_s=0.002)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+        body = json.dumps({**CHAT, "max_tokens": 3, "stream": True}).encode()
+        host, port = gw.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as client:
+            for _ in range(2):
+                client.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+                received = b""
+                while not received.endswith(b"\r\n0\r\n\r\n"):
+                    data = client.recv(65536)
+                    assert data, "the gateway closed the kept-alive connection"
+                    received += data
+                head, _, framed = received.partition(b"\r\n\r\n")
+                status, *lines = head.decode().split("\r\n")
+                headers = dict(line.split(": ", 1) for line in lines)
+                assert status == "HTTP/1.1 200 OK"
+                assert {"date", "server", "x-kvwise-replica"} <= headers.keys()
+                assert headers["content-type"] == "text/event-stream"
+                assert headers["transfer-encoding"] == "chunked"
+                assert "connection" not in headers  # kept alive
+                events = b"".join(_dechunk(framed)).decode().split("\n\n")
+                assert [e for e in events if e][-1] == "data: [DONE]"
+                assert sum('"content": "t' in e for e in events) == 3
+
+
+def _dechunk(framed: bytes) -> Iterator[bytes]:
+    """The body of an HTTP/1.1 chunked message (no extensions, no trailers)."""
+    while True:
+        size_line, _, framed = framed.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return
+        yield framed[:size]
+        framed = framed[size + 2 :]
 
 
 def test_an_upstream_500_is_retried_elsewhere_and_relayed_when_nowhere_is_left() -> None:

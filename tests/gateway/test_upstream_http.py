@@ -147,3 +147,102 @@ def test_a_response_that_ends_after_the_client_closed_gives_its_connection_up() 
             await server.wait_closed()
 
     asyncio.run(scenario())
+
+
+async def pipe_then_read(
+    script: Script, read_timeout_s: float, is_open: Callable[[], bool] = lambda: True
+) -> tuple[list[tuple[bytes, bool]], list[bytes]]:
+    """A body read as the streaming relay reads it: `pipe_body` until it stops, then
+    `iter_raw` for the rest. What each path got: (piece, raw bytes given), and the rest."""
+    server, url = await serve_once(script)
+    client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=read_timeout_s)
+    try:
+        response = await client.post(url, b"{}", {})
+        delivered: list[tuple[bytes, bool]] = []
+
+        def deliver(piece: bytes, raw: bytes | None) -> None:
+            if raw is not None:  # as the relay writes it: the chunk as read, framing and all
+                assert raw == chunk(piece)
+            delivered.append((piece, raw is not None))
+
+        await response.pipe_body(is_open, deliver)
+        rest = [piece async for piece in response.iter_raw()]
+        response.close()
+        return delivered, rest
+    finally:
+        await client.aclose()
+        server.close()
+
+
+EVENTS = [b'data: {"n": %d}\n\n' % i for i in range(6)]
+
+
+def test_the_pipe_hands_on_whole_chunks_as_read_and_reassembles_split_ones() -> None:
+    """One chunk per read goes on as it was read; chunks split across reads or several in a
+    read are decoded first; the body is whole and in order either way."""
+
+    async def odd_reads(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        await writer.drain()
+        for event in EVENTS[:2]:  # one whole chunk per read
+            await asyncio.sleep(0.02)
+            writer.write(chunk(event))
+        framed = b"".join(chunk(event) for event in EVENTS[2:])
+        for start in range(0, len(framed), 7):  # then 7 bytes at a time
+            await asyncio.sleep(0.005)
+            writer.write(framed[start : start + 7])
+        writer.write(b"0\r\n\r\n")
+
+    delivered, rest = asyncio.run(pipe_then_read(odd_reads, read_timeout_s=2.0))
+    assert b"".join(piece for piece, _ in delivered) + b"".join(rest) == b"".join(EVENTS)
+    assert delivered[:2] == [(EVENTS[0], True), (EVENTS[1], True)]
+    assert not any(raw for _, raw in delivered[2:])
+    assert rest == []  # the last chunk came through the pipe too
+
+
+def test_a_pipe_whose_reader_is_not_open_leaves_the_rest_to_iter_raw() -> None:
+    """A client that stops reading: the pipe stops handing on, and the body's rest is read
+    as before, nothing lost or repeated."""
+    open_for = [2]
+
+    def is_open() -> bool:
+        open_for[0] -= 1
+        return open_for[0] >= 0
+
+    async def paced(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for event in EVENTS:
+            await asyncio.sleep(0.02)
+            writer.write(chunk(event))
+        writer.write(b"0\r\n\r\n")
+
+    delivered, rest = asyncio.run(pipe_then_read(paced, read_timeout_s=2.0, is_open=is_open))
+    assert [piece for piece, _ in delivered] == EVENTS[:2]
+    assert b"".join(rest) == b"".join(EVENTS[2:])
+
+
+def test_a_piped_stream_that_stalls_fails_after_the_read_timeout() -> None:
+    async def stall_after_two_events(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for event in EVENTS[:2]:
+            await asyncio.sleep(0.02)
+            writer.write(chunk(event))
+        await asyncio.sleep(5)
+
+    started_s = time.perf_counter()
+    with pytest.raises(UpstreamConnectionError, match="timed out"):
+        asyncio.run(pipe_then_read(stall_after_two_events, read_timeout_s=0.3))
+    assert time.perf_counter() - started_s < 2.0  # not the upstream's 5 s
+
+
+def test_a_piped_stream_cut_mid_body_fails_as_a_broken_one() -> None:
+    async def crash_after_two_events(writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD)
+        for event in EVENTS[:2]:
+            await asyncio.sleep(0.02)
+            writer.write(chunk(event))
+        await asyncio.sleep(0.02)
+        writer.transport.abort()
+
+    with pytest.raises(UpstreamConnectionError, match="while reading the body"):
+        asyncio.run(pipe_then_read(crash_after_two_events, read_timeout_s=2.0))

@@ -8,8 +8,11 @@ runs, and they sit on the hot path whose overhead the gateway benchmark measures
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -103,27 +106,82 @@ async def wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
-def body_writer(send: Send) -> Callable[[bytes], bool] | None:
-    """Under uvicorn's httptools server, once a chunked response has started: a plain function
-    that writes one body chunk straight to the connection, framed as uvicorn's `send` frames
-    it, without the ASGI `send` coroutine and its message dict (the streaming relay's cost per
-    SSE event). It returns False, writing nothing, while uvicorn's flow control holds writes
-    back or the client is gone: `send` then does what it does. None for any other server
-    (h11, a test transport) or response."""
-    cycle: Any = getattr(send, "__self__", None)
-    if (
-        type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl"
-        or getattr(cycle, "chunked_encoding", None) is not True
-        or not getattr(cycle, "response_started", False)
-        or getattr(cycle, "response_complete", True)
-    ):
-        return None
-    transport, flow = cycle.transport, cycle.flow
+_UVICORN_HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
+# headers that would make uvicorn frame the body otherwise, or close the connection after it
+_FRAMING_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 
-    def write(body: bytes) -> bool:
-        if flow.write_paused or cycle.disconnected:
+
+class BodyWriter:
+    """Under uvicorn's httptools server, once a chunked response has started: body chunks
+    written straight to the connection, framed as uvicorn's `send` frames them, without the
+    ASGI `send` coroutine and its message dict (the streaming relay's cost per SSE event).
+    Only while `is_open()`: uvicorn's flow control holds writes back, or the client is gone,
+    and `send` then does what it does. `of(send)` is None for any other server (h11, a test
+    transport) or response."""
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle, self._transport, self._flow = cycle, cycle.transport, cycle.flow
+
+    @classmethod
+    def of(cls, send: Send) -> BodyWriter | None:
+        cycle: Any = getattr(send, "__self__", None)
+        if (
+            type(cycle).__module__ != _UVICORN_HTTPTOOLS
+            or getattr(cycle, "chunked_encoding", None) is not True
+            or not getattr(cycle, "response_started", False)
+            or getattr(cycle, "response_complete", True)
+        ):
+            return None
+        return cls(cycle)
+
+    @classmethod
+    def start(
+        cls, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> BodyWriter | None:
+        """A chunked response's head and first body chunk in one write, where uvicorn's `send`
+        makes two (two TCP segments, with TCP_NODELAY) for the same bytes: its head as it
+        writes it (its default headers, then these, checked as it checks them). None, nothing
+        written, where `send` must do it: another server, uvicorn's access log on, the
+        client gone or not reading, a header that changes the framing."""
+        cycle: Any = getattr(send, "__self__", None)
+        if (
+            type(cycle).__module__ != _UVICORN_HTTPTOOLS
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or (cycle.access_log and cycle.access_logger.isEnabledFor(logging.INFO))
+        ):
+            return None
+        content = [STATUS_LINE[status]]
+        for name, value in cycle.default_headers:  # uvicorn's own (date, server)
+            content += (name.lower(), b": ", value, b"\r\n")
+        for name, value in headers:
+            name = name.lower()
+            if name in _FRAMING_HEADERS:
+                return None
+            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header name or value.")  # as uvicorn's `send`
+            content += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive:
+            content.append(b"connection: close\r\n")
+        content.append(b"transfer-encoding: chunked\r\n\r\n")
+        if body:
+            content.append(b"%x\r\n%b\r\n" % (len(body), body))
+        cycle.response_started, cycle.waiting_for_100_continue = True, False
+        cycle.chunked_encoding, cycle.expected_content_length = True, 0
+        cycle.transport.write(b"".join(content))
+        return cls(cycle)
+
+    def is_open(self) -> bool:
+        return not (self._flow.write_paused or self._cycle.disconnected)
+
+    def write(self, body: bytes) -> bool:
+        """One body chunk, framed here; False, nothing written, when not `is_open()`."""
+        if self._flow.write_paused or self._cycle.disconnected:
             return False
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        self._transport.write(b"%x\r\n%b\r\n" % (len(body), body))
         return True
 
-    return write
+    def write_chunks(self, chunks: bytes) -> None:
+        """Bytes framed as whole chunks already (none the last one), while `is_open()`."""
+        self._transport.write(chunks)

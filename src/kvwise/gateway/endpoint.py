@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from kvwise.gateway import internal_error, sse
 from kvwise.gateway.admission import Lease, NoReplica, Overloaded, QueueShareExceeded
 from kvwise.gateway.asgi import (
+    BodyWriter,
     ClientGone,
     HttpError,
     Receive,
     Scope,
     Send,
-    body_writer,
     header,
     read_body,
     send_error,
@@ -345,16 +345,23 @@ class StreamRelay:
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                    (b"x-accel-buffering", b"no")]  # fmt: skip
         headers += [(k.encode(), v.encode()) for k, v in exchange._headers().items()]
-        await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
-        exchange.has_started_response = True
-        await self._forward(self.stream.held)
+        held, index = self.stream.held, self.stream.first_token_index
+        writer = None
+        if self.collector is None and index is not None:  # no turn to store before [DONE]
+            # the head and the events held back in one write, one TCP segment (uvicorn's
+            # `send` writes them in two), and no event parsed again to count it
+            writer = BodyWriter.start(exchange.send, 200, headers, b"".join(held))
+        if writer is not None and index is not None:
+            exchange.has_started_response = True
+            self._count_held(held, index, time.perf_counter())
+        else:
+            await exchange.send({"type": "http.response.start", "status": 200, "headers": headers})
+            exchange.has_started_response = True
+            await self._forward(held)
         self._record_overhead()
         try:
             if not self.stream.is_finished:
-                # In a task of its own: each chunk then resumes only the relay's few frames, not
-                # the whole ASGI call chain above this one. Awaiting a task passes a
-                # cancellation (the client went away) on to it, and its exceptions back.
-                await asyncio.ensure_future(self._relay_rest())
+                await self._relay_rest(writer)
             tail = self.stream.splitter.rest()
             if tail:
                 await self._forward([tail])
@@ -378,15 +385,27 @@ class StreamRelay:
         exchange._record_latency(200)
         self._record_token_times()
 
-    async def _relay_rest(self) -> None:
+    async def _relay_rest(self, writer: BodyWriter | None) -> None:
         """Every chunk after the first token's. Past the first token, with no reply to store,
-        a chunk's complete events go out as one bytes object, counted for the metrics without
-        being split or parsed: most chunks take this path."""
+        a read's complete events go out as one write, counted for the metrics without being
+        split or parsed: most chunks take this path, and most of those go from the upstream
+        connection's `data_received` straight to the client's transport (`pipe_body`), no
+        task resumed. The loop below takes what that does not: a slow client (uvicorn holds
+        writes back), a reply to store, another server than uvicorn's httptools one."""
         chunks, splitter, send = self.stream.chunks, self.stream.splitter, self.exchange.send
         is_plain = self.collector is None and self.first_token_s is not None
         perf_counter, count_token_events = time.perf_counter, sse.count_token_events
-        write = body_writer(send)
-        async for chunk in chunks:
+        writer = writer or BodyWriter.of(send)
+        # the benchmark's other HTTP clients (benchmarks/gateway_variant.py) have no pipe_body
+        pipe_body = getattr(self.stream.response, "pipe_body", None) if writer else None
+        deliver = self._deliverer(writer) if writer is not None else None
+        while True:
+            if is_plain and pipe_body is not None and writer is not None and writer.is_open():
+                await pipe_body(writer.is_open, deliver)
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
             if not is_plain:
                 await self._forward(splitter.feed(chunk))
                 is_plain = self.collector is None and self.first_token_s is not None
@@ -398,8 +417,28 @@ class StreamRelay:
             if num_token_events:
                 self.num_token_events += num_token_events
                 self.last_token_s = perf_counter()
-            if write is None or not write(events):
+            if writer is None or not writer.write(events):
                 await send({"type": "http.response.body", "body": events, "more_body": True})
+
+    def _deliverer(self, writer: BodyWriter) -> Callable[[bytes, bytes | None], None]:
+        """What `pipe_body` hands each read's body bytes to (the client's transport is open):
+        their complete events counted and written; `raw`, the chunk as read, goes out as it
+        is when it holds exactly those events."""
+        feed_joined, count_token_events = self.stream.splitter.feed_joined, sse.count_token_events
+        write_chunks, perf_counter = writer.write_chunks, time.perf_counter
+
+        def deliver(piece: bytes, raw: bytes | None) -> None:
+            events = feed_joined(piece)
+            if not events:
+                return
+            num_token_events = count_token_events(events)
+            if num_token_events:
+                self.num_token_events += num_token_events
+                self.last_token_s = perf_counter()
+            write_chunks(raw if raw is not None and events is piece else
+                         b"%x\r\n%b\r\n" % (len(events), events))  # fmt: skip
+
+        return deliver
 
     async def _forward(self, events: list[bytes]) -> None:
         if not events:
@@ -414,6 +453,12 @@ class StreamRelay:
         )
         if not is_last:  # after the send: parsing the chunks is not on the client's path
             self._observe_all(events, now_s)
+
+    def _count_held(self, held: list[bytes], index: int, now_s: float) -> None:
+        """`_observe_all(held)` for a stream whose first token is `held[index]` (known from
+        reading up to it) and no reply to store: nothing parsed a second time."""
+        self._first_token(now_s)
+        self.num_token_events += sum(_is_token_event(event) for event in held[index + 1 :])
 
     def _observe_all(self, events: list[bytes], now_s: float) -> None:
         for event in events:
@@ -446,14 +491,19 @@ class StreamRelay:
             payload = sse.event_json(event)
             if payload is None or not sse.carries_token(payload):
                 return
-            self.first_token_s = now_s
-            self.exchange.gateway.metrics.ttft.observe(now_s - self.exchange.started_s)
-            exchange = self.exchange
-            exchange.gateway.admission.router.first_token(
-                id(exchange.prepared.ticket), now_s - exchange.sent_upstream_s
-            )
+            self._first_token(now_s)
+            return
         self.num_token_events += 1
         self.last_token_s = now_s
+
+    def _first_token(self, now_s: float) -> None:
+        exchange = self.exchange
+        self.first_token_s = self.last_token_s = now_s
+        self.num_token_events += 1
+        exchange.gateway.metrics.ttft.observe(now_s - exchange.started_s)
+        exchange.gateway.admission.router.first_token(
+            id(exchange.prepared.ticket), now_s - exchange.sent_upstream_s
+        )
 
     def _record_token_times(self) -> None:
         if self.first_token_s is not None and self.num_token_events > 1:

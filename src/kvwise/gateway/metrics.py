@@ -37,10 +37,10 @@ class Counter:
         self._metric = prometheus_client.Counter(
             name, help, label_names, registry=registry.collectors
         )
-        self._is_labelled = bool(label_names)
+        self._children = _Children(self._metric, bool(label_names))
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
-        (self._metric.labels(*labels) if self._is_labelled else self._metric).inc(amount)
+        self._children.of(labels).inc(amount)
 
     def get(self, *labels: str) -> float:
         return _sample(self._metric, f"{self.name}", labels)
@@ -61,10 +61,10 @@ class Histogram:
         self._metric = prometheus_client.Histogram(
             name, help, label_names, buckets=buckets, registry=registry.collectors
         )
-        self._is_labelled = bool(label_names)
+        self._children = _Children(self._metric, bool(label_names))
 
     def observe(self, value: float, *labels: str) -> None:
-        (self._metric.labels(*labels) if self._is_labelled else self._metric).observe(value)
+        self._children.of(labels).observe(value)
 
     def count(self, *labels: str) -> int:
         return int(_sample(self._metric, f"{self.name}_count", labels))
@@ -77,6 +77,21 @@ class Histogram:
                 if sample.name.endswith("_bucket") and _label_values(sample.labels) == labels:
                     found[float(sample.labels["le"])] = sample.value
         return found if found.get(float("inf")) else {}
+
+
+class _Children:
+    """A metric's child per label values, looked up once: the library's `labels()` checks
+    and locks on every call, and the hot path counts a handful of times per request."""
+
+    def __init__(self, metric: Any, is_labelled: bool) -> None:
+        self._metric = metric
+        self._by_labels: dict[LabelValues, Any] = {} if is_labelled else {(): metric}
+
+    def of(self, labels: LabelValues) -> Any:
+        child = self._by_labels.get(labels)
+        if child is None:
+            child = self._by_labels[labels] = self._metric.labels(*labels)
+        return child
 
 
 def _label_values(labels: dict[str, str]) -> LabelValues:

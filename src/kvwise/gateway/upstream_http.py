@@ -23,7 +23,7 @@ import asyncio
 import socket
 import ssl
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -105,6 +105,9 @@ class _Connection(asyncio.Protocol):
         self._deadline_s = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.lost: asyncio.Future[None] = self._loop.create_future()  # the transport is gone
+        # while set, what arrives goes to pipe(data) instead of the buffer, unless it returns
+        # False (see UpstreamResponse.pipe_body)
+        self.pipe: Callable[[bytes], bool] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -121,6 +124,12 @@ class _Connection(asyncio.Protocol):
         self.read_timeout_s = read_timeout_s
 
     def data_received(self, data: bytes) -> None:
+        pipe = self.pipe
+        if pipe is not None:  # UpstreamResponse.pipe_body(): the bytes go on from here
+            self._deadline_s = self._loop.time() + self.read_timeout_s
+            if pipe(data):
+                return
+            self.pipe = None  # declined: buffered for the reader, whom the waiter below wakes
         self._buffer += data
         if len(self._buffer) > MAX_BUFFERED_BYTES and not self._is_paused:
             assert self.transport is not None
@@ -233,6 +242,14 @@ class UpstreamResponse:
     _key: _Key
     _is_consumed: bool = False
     _is_closed: bool = field(default=False)
+    # chunked bodies: bytes of a chunk not yet complete, and whether the last chunk was seen
+    # (here, not in iter_raw's locals: pipe_body() decodes the same body between its reads)
+    _pending: bytes = b""
+    _is_last: bool = False
+
+    @property
+    def is_chunked(self) -> bool:
+        return self.headers.get("transfer-encoding", "").lower() == "chunked"
 
     async def iter_raw(self) -> AsyncIterator[bytes]:
         """The body as it arrives (chunked transfer decoded), then the connection goes back.
@@ -241,15 +258,17 @@ class UpstreamResponse:
         per SSE event, and every layer between costs on each."""
         connection = self._connection
         try:
-            if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            if self.is_chunked:
                 # every complete chunk in a read at once: one relay `send` for a burst of events
-                pending, is_last = b"", False
-                while not is_last:
+                while not self._is_last:
                     while (data := connection.take(MAX_READ_BYTES)) is None:
                         await connection._more()
                     if not data:
-                        raise asyncio.IncompleteReadError(pending, None)
-                    pieces, pending, is_last = _decode_chunks(pending + data if pending else data)
+                        raise asyncio.IncompleteReadError(self._pending, None)
+                    pending = self._pending
+                    pieces, self._pending, self._is_last = _decode_chunks(
+                        pending + data if pending else data
+                    )
                     if pieces:
                         yield b"".join(pieces)
             else:
@@ -268,6 +287,70 @@ class UpstreamResponse:
 
     async def read(self) -> bytes:
         return b"".join([piece async for piece in self.iter_raw()])
+
+    async def pipe_body(
+        self, is_open: Callable[[], bool], deliver: Callable[[bytes, bytes | None], None]
+    ) -> bool:
+        """A chunked body's next pieces handed on from the connection's `data_received`, as
+        they arrive: no task resumed, no future made per read. While `is_open()`, each read's
+        complete chunks go to `deliver(piece, raw)`, `raw` being the bytes read when they are
+        exactly the one chunk that carries `piece` (they can then be relayed as they are),
+        else None. The read timeout bounds each silence, as for `iter_raw`.
+
+        Returns True once the last chunk is in (`iter_raw` then ends at once), False when it
+        stops before: `is_open()` said no, the bytes were not chunked, the connection ended or
+        failed, bytes were already waiting, or `deliver` raised (which this re-raises).
+        The caller then goes on with `iter_raw`, which reads what was not delivered and raises
+        what the connection's end means."""
+        connection = self._connection
+        if self._is_last or connection._buffer or not self.is_chunked:
+            return self._is_last
+        try:
+            waiter = connection._more()  # arms the read timer
+        except Exception:
+            return False  # the connection ended or failed: iter_raw raises what it means
+        failure: list[BaseException] = []
+
+        def pipe(data: bytes) -> bool:
+            if not is_open():
+                return False
+            pending, raw, is_last = self._pending, None, False
+            if not pending and data.endswith(b"\r\n"):  # the usual read: one whole chunk
+                line_end = data.find(b"\r\n")
+                try:
+                    size = int(data[:line_end], 16)
+                except ValueError:  # an extension, or not chunked: the general case says
+                    size = 0
+                if size and line_end + 4 + size == len(data):
+                    piece, raw = data[line_end + 2 : -2], data
+            if raw is None:
+                try:
+                    pieces, rest, is_last = _decode_chunks(pending + data if pending else data)
+                except ValueError:
+                    return False  # not chunked as it should be: iter_raw says so
+                self._pending, self._is_last = rest, is_last
+                piece = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            try:
+                if piece:
+                    deliver(piece, raw)
+            except Exception as exc:  # for the relay to raise, not the event loop to log
+                failure.append(exc)
+                is_last = True
+            if is_last:
+                connection.pipe = None
+                if not waiter.done():
+                    waiter.set_result(None)
+            return True
+
+        connection.pipe = pipe
+        try:
+            await waiter
+        finally:
+            connection.pipe = None
+            connection._waiter = None
+        if failure:
+            raise failure[0]
+        return self._is_last
 
     def close(self) -> None:
         """Back to the pool when the body was read to its end, else the connection is dropped."""

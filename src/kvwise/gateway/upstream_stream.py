@@ -24,6 +24,7 @@ class UpstreamStream:
         self.held: list[bytes] = []  # events read before the first token
         self.is_finished = False
         self.first_token_read_s: float | None = None
+        self.first_token_index: int | None = None  # in `held`: the event that carries it
 
     @classmethod
     async def open(
@@ -55,9 +56,13 @@ class UpstreamStream:
         async for chunk in self.chunks:
             events = self.splitter.feed(chunk)
             self.held += events  # all of them: one read can bring the first token and more
-            for event in events:
-                payload = sse.event_json(event)
-                if sse.is_done(event) or (payload is not None and sse.carries_token(payload)):
+            for index, event in enumerate(events, len(self.held) - len(events)):
+                if sse.is_done(event):
                     self.first_token_read_s = time.perf_counter()
+                    return
+                payload = sse.event_json(event)
+                if payload is not None and sse.carries_token(payload):
+                    self.first_token_read_s = time.perf_counter()
+                    self.first_token_index = index
                     return
         self.is_finished = True
