@@ -143,7 +143,7 @@ def test_with_a_model_and_a_gpu_the_router_starts_from_their_step_model() -> Non
     # the 4090 reads the weights at 1/3 of the H100's bandwidth and has ~1/6 of its peak FLOP/s,
     # but the H100's GEMMs are held to Hopper's documented prefill efficiency (45 % of peak, the
     # simulator's family cap) while the 4090's fitted set runs nearer its peak: per prefill
-    # token the 4090 is 2.5-4x slower (public prefill throughputs of 7B models agree)
+    # token the 4090 comes out 2.5-4x slower
     assert 2 < rtx4090[0] / h100[0] < 5 and 2.5 < rtx4090[1] / h100[1] < 10
     router = make_router("cost", replicas(2), h100)
     assert isinstance(router, CostRouter) and router.model.coefficients == h100
