@@ -22,6 +22,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvwise.live.window import (
+    SGLANG_POOL,
+    SGLANG_QUEUED,
+    SGLANG_USAGE,
+    SGLANG_USED,
+    sglang_gauges,
+)
+
 # Prometheus text lines: name{labels} value   (vLLM's names, see vllm/v1/metrics/loggers.py)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -36,10 +44,7 @@ _VLLM_SERIES = (
 # `token_usage` is rounded to two decimals), and the pool (`max_total_num_tokens`, newer
 # releases only). Every TP rank may export the same figures: they are read per DP rank (max over
 # its label sets) and summed over DP ranks.
-SGLANG_QUEUED = "sglang:num_queue_reqs"
-SGLANG_USED = "sglang:num_used_tokens"
-SGLANG_USAGE = "sglang:token_usage"
-SGLANG_POOL = "sglang:max_total_num_tokens"
+# (the names and the per-rank reading are kvwise.live.window's, which `top` uses too)
 _SGLANG_SERIES = (SGLANG_QUEUED, SGLANG_USED, SGLANG_USAGE, SGLANG_POOL)
 _SGLANG_NAMES = frozenset(_SGLANG_SERIES)
 _USED_SERIES = _VLLM_SERIES + _SGLANG_SERIES
@@ -60,33 +65,15 @@ class EngineLoad:
 def _parse_sglang(text: str) -> EngineLoad | None:
     """SGLang's gauges, or None when the text has none. SGLang allocates KV per token
     (page_size 1 by default, server_args.py), so a request holds no partly empty block."""
-    per_rank: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        if not line.startswith(_SGLANG_SERIES):
-            continue
-        match = _SAMPLE.match(line)
-        if not match or match.group(1) not in _SGLANG_NAMES:
-            continue
-        rank = dict(_LABEL.findall(match.group(2) or "")).get("dp_rank", "0")
-        key = (match.group(1), rank)
-        per_rank[key] = max(per_rank.get(key, 0.0), float(match.group(3)))
-    if not per_rank:
+    gauges = sglang_gauges(text)
+    if not _SGLANG_NAMES.intersection(gauges):
         return None
-
-    def total(name: str) -> float | None:
-        values = [v for (n, _), v in per_rank.items() if n == name]
-        return sum(values) if values else None
-
-    pool = total(SGLANG_POOL)
-    used = total(SGLANG_USED)
-    if pool and used is not None:
-        usage = used / pool
-    else:
-        ratios = [v for (n, _), v in per_rank.items() if n == SGLANG_USAGE]
-        usage = sum(ratios) / len(ratios) if ratios else 0.0
+    pool = gauges.get(SGLANG_POOL)
+    used = gauges.get(SGLANG_USED)
+    usage = used / pool if pool and used is not None else gauges.get(SGLANG_USAGE, 0.0)
     return EngineLoad(
         usage,
-        int(total(SGLANG_QUEUED) or 0),
+        int(gauges.get(SGLANG_QUEUED, 0)),
         int(pool) if pool else None,
         block_size=1,
         engine="sglang",

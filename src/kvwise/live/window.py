@@ -72,11 +72,11 @@ def parse_sample(text: str, at_s: float | None = None) -> EngineSample:
     names = TTFT + TPOT
     at = time.monotonic() if at_s is None else at_s
     return EngineSample(
-        at, parse_prometheus(text), histograms.parse_buckets(text, names), _sglang_gauges(text)
+        at, parse_prometheus(text), histograms.parse_buckets(text, names), sglang_gauges(text)
     )
 
 
-def _sglang_gauges(text: str) -> dict[str, float]:
+def sglang_gauges(text: str) -> dict[str, float]:
     """SGLang's scheduler gauges: per DP rank the largest over its label sets, summed over the
     DP ranks (`token_usage`, a ratio: their mean). {} when the text has none."""
     per_rank: dict[tuple[str, str], float] = {}
