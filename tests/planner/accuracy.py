@@ -181,10 +181,17 @@ def _model_argument(written: str) -> str:
     return text
 
 
-def _gpu(record: dict[str, Any]) -> GpuSpec:
+def record_gpu(record: dict[str, Any]) -> GpuSpec:
+    """The card a record names, as the user would name it to kvwise."""
     # the total vLLM logged narrows a family name ("NVIDIA A100") as it would for a user
     total = record.get("gpu_total_gib")
-    gpu = find_gpu(_plain(record.get("gpu") or ""), total)
+    name = _plain(record.get("gpu") or "")
+    stated_gb = record.get("gpu_memory_gb")
+    if stated_gb and not total:
+        # the card's size the source states outside the log (collect_env's "NVIDIA A800 80GB
+        # PCIe", a cloud machine type): the user names the card with it, as nvidia-smi does
+        name = f"{name} {stated_gb:g}GB"
+    gpu = find_gpu(name, total)
     if total:
         gpu = custom_gpu(total, like=gpu)
     free = _free_gib(record)
@@ -260,7 +267,7 @@ def score(record: dict[str, Any]) -> Scored:
     written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
         model = load_model(written)
-        result = plan(model, _gpu(record), record_flags(record), vllm_version=version)
+        result = plan(model, record_gpu(record), record_flags(record), vllm_version=version)
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     if result.verdict_not_modelled is not None:

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
+from kvwise.errors import UnknownGpuError
 from tests.planner.accuracy import (
     EXAMINED_BATCHES,
     IN_SAMPLE,
     Scored,
     batch_files,
     load,
+    record_gpu,
     report_lines,
     score_all,
 )
@@ -56,6 +60,20 @@ def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> Non
     assert verdicts >= 0.75
     # a case that cannot be planned says why in one line (the planner's own error), never a crash
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
+
+
+def test_a_card_size_the_source_states_outside_the_log_names_the_card() -> None:
+    # vllm#17431's log says only "A800" (a 40 GB and two 80 GB cards); the issue's collect_env
+    # output says "NVIDIA A800 80GB PCIe", which the record carries as gpu_memory_gb
+    (record,) = (
+        r
+        for r in load(batch_files("a"))
+        if r["id"] == "a-vllm-17431-qwen3-8b-a800-gmu04-v1-nocache"
+    )
+    assert 79 < record_gpu(record).memory_gib < 80
+    assert record_gpu({**record, "gpu_memory_gb": 40}).memory_gib < 41
+    with pytest.raises(UnknownGpuError, match="fits 3 catalog cards"):
+        record_gpu({**record, "gpu_memory_gb": None})
 
 
 def test_held_out_figures_do_not_regress(fidelity_report: list[str]) -> None:
