@@ -49,14 +49,16 @@ def test_out_of_sample_figures_do_not_regress(fidelity_report: list[str]) -> Non
     fidelity_report.extend(report_lines("planner out-of-sample a-c", scored))
     assert len(scored) >= 100 and len({s.id for s in scored}) == len(scored)
     planned, median_error, verdicts = _figures(scored)
-    # measured 32 of 102: most others name a checkpoint kvwise cannot read offline; two answer
+    # measured 34 of 102: most others name a checkpoint kvwise cannot read offline; two answer
     # "not modelled" for graph capture, one is a host-side failure with no host RAM
-    assert planned >= 30
+    assert planned >= 32
     # measured 5.0 % over 14 cases with a logged token count; under 4 % over 12 before the two
     # Qwen3.6-35B-A3B NVFP4 records became plannable (each +13 % with the prefix caching they
     # state: 'align' mode's two state pages per request; +18 % with one page)
     assert median_error <= 0.055
-    # measured 26 of 32 (22 before the V2 warm-up counted the released profile peak)
+    # measured 27 of 34 (22 of 28 before the V2 warm-up counted the released profile peak; the
+    # A800 80GB record of vllm#17431 planned since its card size is read is one of the 7: V1
+    # failed where V0 started, which points at memory another process held)
     assert verdicts >= 0.75
     # a case that cannot be planned says why in one line (the planner's own error), never a crash
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
@@ -86,8 +88,8 @@ def test_held_out_figures_do_not_regress(fidelity_report: list[str]) -> None:
     planned, median_error, verdicts = _figures(scored)
     # scored once: 26 of 31 planned, 3.7 % over 24 cases (worst 52.7 %, 0.28 AWQ), 26 of 26
     # verdicts; since then 11 records were read while fixing rules and Qwen2.5-VL became plannable
-    assert planned >= 27  # measured 29 of 31 (1 FP8 re-upload, 1 'NVIDIA A100')
-    assert median_error <= 0.05  # measured 4.2 % over 27 cases
+    assert planned >= 28  # measured 30 of 31 (1 FP8 re-upload)
+    assert median_error <= 0.05  # measured 3.7 % over 28 cases
     assert verdicts >= 0.9  # measured 29 of 29
     assert all(s.is_planned or (s.reason and "\n" not in s.reason) for s in scored)
 
