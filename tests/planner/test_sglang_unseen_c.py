@@ -27,6 +27,7 @@ def test_every_record_quotes_its_source_once_and_is_new() -> None:
 def test_planner_figures_on_the_third_unseen_batch() -> None:
     errors: list[float] = []
     verdicts: list[bool] = []
+    planned = 0
     for record in records(UNSEEN_C):
         try:
             case = score(record)
@@ -36,6 +37,7 @@ def test_planner_figures_on_the_third_unseen_batch() -> None:
         if case is None:
             print(f"c {record['id']:50} not planned: {unscored_reason(record)}")
             continue
+        planned += 1
         err = case.token_error
         right = None if case.logged_starts is None else case.predicted_starts == case.logged_starts
         print(
@@ -55,3 +57,9 @@ def test_planner_figures_on_the_third_unseen_batch() -> None:
         f"c KV tokens: n={len(errors)} median {median:.1%} worst {worst:.1%} "
         f"within 10%: {within}/{len(errors)}; verdicts right {sum(verdicts)}/{len(verdicts)}"
     )
+    # floors at the figures measured on this batch before any examination
+    # (benchmarks/results/sglang_planner_accuracy.txt): 6 of 21 planned, no logged pool among
+    # them, the one known verdict (Gemma-3-12B's CUDA OOM on a 16 GB card) right
+    assert planned >= 6
+    assert len(verdicts) >= 1 and all(verdicts)
+    assert all(e < 0.10 for e in errors)
