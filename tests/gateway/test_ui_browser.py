@@ -71,3 +71,29 @@ def test_with_admin_keys_the_page_shows_figures_only_to_a_browser_given_one() ->
         anonymous = _chromium(f"{gw.url}/ui", "--dump-dom")
     assert "16,000 / 64,000 (25 %)" in logged_in  # the key typed in the login box is used
     assert "64,000" not in anonymous  # a login box (headless: an empty page), no figures
+
+
+def _preempt_head(dom: str) -> str:
+    head = dom.split('id="preempt-head">', 1)[1]
+    return head.split("<", 1)[0]
+
+
+def test_with_an_sglang_upstream_the_page_says_retractions_not_preemptions() -> None:
+    # SGLang's /metrics page as its docs print it: it counts retractions
+    # (sglang:num_retracted_requests_total), which the page shows in vLLM's preemption column
+    sglang_page = (Path(__file__).parent / "data" / "sglang_docs_metrics_sample.txt").read_text()
+    with (
+        metered_upstream(Behaviour(pool_tokens=64_000)) as (url, upstream),
+        running_gateway(make_config([url], budget_tokens=64_000)) as gw,
+    ):
+        upstream.metrics_text = sglang_page
+        httpx.get(f"{gw.url}/kvwise/status")
+        time.sleep(1.1)
+        sglang_dom = _chromium(f"{gw.url}/ui", "--dump-dom")
+        upstream.metrics_text = engine_text(0.25, 64_000)  # the same replica, now vLLM's page
+        time.sleep(1.1)
+        vllm_dom = _chromium(f"{gw.url}/ui", "--dump-dom")
+    assert _preempt_head(sglang_dom) == "retractions/min"
+    assert "Retractions (engines)" in sglang_dom and "Preemptions" not in sglang_dom
+    assert _preempt_head(vllm_dom) == "preempt/min"
+    assert "Preemptions (engines)" in vllm_dom and "etraction" not in vllm_dom

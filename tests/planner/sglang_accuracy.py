@@ -19,6 +19,8 @@ RECORDS = Path(__file__).parents[1] / "data" / "validation" / "sglang_startup_lo
 UNSEEN = RECORDS.parent / "unseen" / "sglang_startup_logs_unseen.jsonl"
 # second out-of-sample batch, collected before any rule change of 2026-12-02 afternoon
 UNSEEN_B = RECORDS.parent / "unseen" / "sglang_startup_logs_b.jsonl"
+# third out-of-sample batch, collected 2026-12-02 15:10-15:40 before its one scoring
+UNSEEN_C = RECORDS.parent / "unseen" / "sglang_startup_logs_c.jsonl"
 # the card a record names, as `--gpu` takes it (only names that say the card unambiguously)
 GPU_KEYS = {
     "NVIDIA L4": "l4",
@@ -36,6 +38,16 @@ GPU_KEYS = {
     "NVIDIA A800-SXM4-80GB": "a800-80gb-sxm",
     # the full-memory vGPU profile of an A40
     "NVIDIA A40-48Q": "a40",
+    # names as batch c's sources print them (check_env or the reporter), added before its scoring
+    "NVIDIA A100 80GB PCIe": "a100-80gb-pcie",
+    "NVIDIA A100-SXM4-80GB": "a100-80gb-sxm",
+    "NVIDIA H100 80GB HBM3": "h100-sxm",
+    "H100 80GB": "h100",
+    "NVIDIA H20": "h20",
+    "A10": "a10",
+    "A100 40GB": "a100-40gb-sxm",
+    "NVIDIA GeForce RTX 3070 Laptop GPU": "rtx3070-laptop",
+    "NVIDIA GeForce RTX 4070 Ti SUPER": "rtx4070tisuper",
 }
 
 

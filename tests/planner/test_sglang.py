@@ -242,3 +242,49 @@ def test_default_max_running_requests_per_release_as_sglang_logged_it(
 
 def test_a_small_pool_caps_running_requests_at_half_its_tokens() -> None:
     assert max_running_requests(3000, 131072, release_for(None)) == 1500
+
+
+def test_multimodal_models_get_sglangs_reduction_of_each_release_given_fraction_included() -> None:
+    # model_runner.py: 0.2.15-0.4.4.x x0.95 and 0.4.5-0.4.8 x0.90 on the fraction in use, a given
+    # --mem-fraction-static too; server_args.py: 0.4.9 x0.90 and 0.4.10+ x0.95 on the default only
+    def used(version: str, model: str = "google/gemma-3-27b-it") -> float:
+        result = _plan(model, "h100", version, mem_fraction_static=0.8)
+        return result.static_bytes / result.pre_load_free_bytes
+
+    expected = {"0.2.14": 0.8, "0.3.0": 0.76, "0.4.4": 0.76, "0.4.5": 0.72, "0.4.8": 0.72}
+    expected |= {"0.4.9": 0.8, "0.4.10": 0.8}
+    for version, fraction in expected.items():
+        assert used(version) == pytest.approx(fraction, abs=1e-6), version
+        assert used(version, "Qwen/Qwen2.5-7B-Instruct") == pytest.approx(0.8, abs=1e-6)
+    # the public logs: "Automatically reduce --mem-fraction-static to 0.836 because this is a
+    # multimodal model" (TP 1 default 0.88, #4897) and 0.827 (TP 2 default 0.87, #3571)
+    for tp, logged in ((1, 0.836), (2, 0.827)):
+        result = _plan("google/gemma-3-27b-it", "h100", "0.4.3", tp=tp)
+        assert result.static_bytes / result.pre_load_free_bytes == pytest.approx(logged, abs=1e-3)
+    tp1 = _plan("google/gemma-3-27b-it", "h100", "0.4.3")
+    assert any("reduce --mem-fraction-static to 0.836" in w for w in tp1.warnings)
+
+
+def test_sglang_derives_the_context_from_the_rope_factor_unlike_vllm_for_gemma3() -> None:
+    # hf_transformers_utils.get_context_length: max_position_embeddings x rope_scaling factor,
+    # the factor 1 when rope_scaling names original_max_position_embeddings or rope_type llama3
+    assert _plan("google/gemma-3-4b-it", "h100", "0.4.4").context_length == 8 * 131072
+    assert _plan("meta-llama/Llama-3.1-8B-Instruct", "h100", "0.4.4").context_length == 131072
+    assert _plan("deepseek-ai/DeepSeek-V2-Lite", "h100", "0.4.4").context_length == 163840
+    given = plan_sglang(
+        load_model("google/gemma-3-4b-it"),
+        resolve_gpu("h100", None, None),
+        VllmFlags(max_model_len=8192),
+        SglangFlags(version="0.4.4"),
+    )
+    assert given.context_length == 8192
+
+
+def test_plan_json_gives_the_flag_and_the_fraction_sglang_sizes_the_pool_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "google/gemma-3-4b-it", "--engine", "sglang", "--gpu", "rtx4090"]
+    main([*argv, "--sglang-version", "0.4.4", "--mem-fraction-static", "0.65", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["mem_fraction_static"] == 0.65
+    assert data["mem_fraction_static_used"] == pytest.approx(0.65 * 0.95, abs=1e-3)

@@ -7,7 +7,10 @@ model_runner.py init_memory_pool allocates ReqToTokenPool(size=max_num_reqs + 1,
 max_context_len=context_len + 4) of int32 after the pool (0.4.3), max_num_reqs =
 min(max(int(tokens / context_len x 512), 2048), 4096); server_args.py _handle_gpu_memory_settings
 (0.5.3) estimates 512 MiB for the attention backend and 2 MiB per cuda_graph_max_bs; 0.5.10+
-captures piecewise graphs at every token count up to chunked_prefill_size, 8 MiB each.
+captures piecewise graphs at every token count up to chunked_prefill_size, 8 MiB each. For a
+multimodal model model_runner.py model_specific_adjustment multiplies the fraction in use, a
+given one too, by 0.95 (0.4.0-0.4.4.post3); hf_transformers_utils.get_context_length derives the
+context as max_position_embeddings x the rope_scaling factor (Gemma 3: 8 x 131,072).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import resolve_gpu
+from kvwise.planner.memory import CUDA_CONTEXT_BYTES
 from kvwise.planner.sglang import SglangFlags, SglangPlan, plan_sglang
 
 MIB = 2**20
@@ -55,7 +59,7 @@ def test_gemma3_on_a_4090_fails_graph_capture_where_the_request_table_and_graphs
     free = plan(0.8).pre_load_free_bytes
     table = (2048 + 1) * (131072 + 4) * 4  # the pool is far below 2048 x 131072 / 512 tokens
     need = table + 512 * MIB + 8 * 2 * MIB  # graphs up to batch 8 on cards under 25,000 MiB
-    expected = 1 - need / free
+    expected = (1 - need / free) / 0.95  # the flag's value: SGLang uses 0.95 x it (multimodal)
     below, above = plan(expected - 0.002), plan(expected + 0.002)
     assert below.starts and below.max_total_num_tokens > 0
     assert not above.starts and above.max_total_num_tokens > below.max_total_num_tokens
@@ -99,14 +103,14 @@ def test_a_smaller_chunk_moves_the_start_boundary_only_where_piecewise_graphs_ar
 
 def test_each_prescribed_fix_starts_and_keeps_a_kv_pool() -> None:
     plan = _planner("google/gemma-3-4b-it", "rtx4090", "0.4.4", 131072)
-    failing = plan(0.95)
+    failing = plan(0.99)
     assert not failing.starts and failing.fix is not None
     fix = failing.fix
     assert fix.mem_fraction_static is not None and fix.context_length is not None
     lower = plan(fix.mem_fraction_static)
     assert lower.starts and lower.max_total_num_tokens > 0
     assert not plan(fix.mem_fraction_static + 0.01).starts  # the largest such fraction
-    shorter = _planner("google/gemma-3-4b-it", "rtx4090", "0.4.4", fix.context_length)(0.95)
+    shorter = _planner("google/gemma-3-4b-it", "rtx4090", "0.4.4", fix.context_length)(0.99)
     assert shorter.starts
     assert f"--mem-fraction-static {fix.mem_fraction_static:.2f}" in (failing.error or "")
 
@@ -133,3 +137,61 @@ def test_releases_without_cuda_graphs_only_need_the_request_table_and_attention_
     assert not greedy.starts
     assert greedy.fix is not None and greedy.fix.cuda_graph_max_bs is None
     assert (greedy.error or "").startswith("torch.cuda.OutOfMemoryError: CUDA out of memory")
+
+
+# sgl-project/sglang#4840 (vhain, 2025-03-28): `test_vision_openai_server.py TestGemma3itServer`
+# (google/gemma-3-4b-it, no --context-length, only --mem-fraction-static varied) on Windows,
+# which "was taking around 1GB of VRAM"; OOM at 0.70, 0.67, 0.66, none at 0.65, 0.62, 0.60,
+# 0.55. At 0.65 SGLang logged "KV Cache is allocated. #tokens: 46045", "Memory pool end. avail
+# mem=0.07 GB" and captured 4 graph batch sizes. No card is named and no "Load weight" line is
+# quoted, so the card is read from what was logged: 4 batch sizes are cuda_graph_max_bs 8, which
+# server_args.py (0.4.4.post2) picks only when nvidia-smi's total is under 25,000 MiB, and the
+# pool formula with 0.65 x 0.95 (model_runner.py, multimodal) puts the free memory before loading
+# at about 22.7 GiB: a 24 GB card (the RTX 4090 and 3090 differ by 0.03 GiB here).
+SWEEP_4840 = {0.70: False, 0.67: False, 0.66: False, 0.65: True, 0.62: True, 0.60: True, 0.55: True}
+LOGGED_TOKENS_4840 = 46045
+
+
+def _gemma3_4840(free_gib: float | None) -> Planner:
+    spec, card = load_model("google/gemma-3-4b-it"), resolve_gpu("rtx4090", None, free_gib)
+
+    def plan(fraction: float) -> SglangPlan:
+        return plan_sglang(spec, card, VllmFlags(), SglangFlags("0.4.4", fraction))
+
+    return plan
+
+
+def test_the_4840_sweep_boundary_is_the_request_table_of_gemma3s_derived_million_token_context() -> (
+    None
+):
+    card = _gemma3_4840(None)(0.65)
+    assert card.cuda_graph_max_bs == 8  # the 4 captured batch sizes (1, 2, 4, 8) of the log
+    assert card.context_length == 8 * 131072  # get_context_length: rope factor 8 x 131,072
+    # the free memory the logged pool implies: pool = 0.65 x 0.95 x free - weights
+    cell = 4 * 256 * 34 * 2 * 2  # KV heads x head_dim x layers x (K, V) x bf16
+    free = (LOGGED_TOKENS_4840 * cell + card.weights_bytes) / (0.65 * 0.95)
+    plan = _gemma3_4840((free + CUDA_CONTEXT_BYTES) / 2**30)
+    table = (2048 + 1) * (8 * 131072 + 4) * 4  # 8.0 GiB: ReqToTokenPool after the pool
+    for fraction, starts in SWEEP_4840.items():
+        result = plan(fraction)
+        assert result.starts == starts, fraction
+        assert result.outside is not None and result.outside.req_to_token == table
+        if not starts:
+            error = result.error or ""
+            assert error.startswith("Exception: Capture cuda graph failed: CUDA out of memory")
+            assert "request table 8.00" in error
+
+
+def test_the_4840_boundary_stays_within_a_sweep_step_whatever_windows_took() -> None:
+    # taken literally, "around 1GB": from nothing to 1 GiB taken before SGLang starts, the
+    # boundary SGLang's terms put stays between 0.64 and 0.67 and the pool at 0.65 within 8 %
+    memory = resolve_gpu("rtx4090", None, None).memory_gib
+    for taken in (0.0, 0.5, 1.0):
+        plan = _gemma3_4840(memory - taken)
+        low, high = 0.5, 0.9
+        while high - low > 1e-4:
+            mid = (low + high) / 2
+            low, high = (mid, high) if plan(mid).starts else (low, mid)
+        assert 0.64 <= low < 0.67, (taken, low)
+        pool = plan(0.65).max_total_num_tokens
+        assert abs(pool - LOGGED_TOKENS_4840) / LOGGED_TOKENS_4840 < 0.08, (taken, pool)

@@ -99,6 +99,15 @@ class VisionSpec:
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """config.json's rope_scaling, the parts engines read to derive the context length."""
+
+    rope_type: str | None
+    factor: float
+    has_original_max_position_embeddings: bool
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     model_id: str
     architecture: str
@@ -122,6 +131,7 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()  # a layer kind per layer; empty means all FULL
     sliding_window: int | None = None
     partial_rotary_factor: float = 1.0  # share of head_dim that rotary embeddings cover
+    rope_scaling: RopeScaling | None = None  # the text config's rope_scaling, as written
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     mamba: MambaStateSpec | None = None  # the state of every MAMBA layer

@@ -22,6 +22,7 @@ from kvwise.core.model_spec import (
     MlaSpec,
     ModelSpec,
     MoeSpec,
+    RopeScaling,
     VisionSpec,
 )
 from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral, qwen2
@@ -132,6 +133,19 @@ def _dtype(config: dict[str, Any], text: dict[str, Any], model_id: str) -> str:
     return dtype
 
 
+def _rope_scaling(text: dict[str, Any]) -> RopeScaling | None:
+    """The text config's rope_scaling as written ("type" in older configs, "rope_type" later)."""
+    rope = text.get("rope_scaling")
+    if not isinstance(rope, dict):
+        return None
+    kind = rope.get("rope_type", rope.get("type"))
+    return RopeScaling(
+        rope_type=str(kind) if kind is not None else None,
+        factor=float(rope.get("factor", 1.0) or 1.0),
+        has_original_max_position_embeddings="original_max_position_embeddings" in rope,
+    )
+
+
 def spec_from_config(
     config: dict[str, Any],
     model_id: str,
@@ -164,6 +178,7 @@ def spec_from_config(
         )
     if "quant" not in fields:
         fields["quant"] = parse_quantization(config.get("quantization_config"), model_id)
+    fields.setdefault("rope_scaling", _rope_scaling(text))
     return ModelSpec(
         model_id=model_id,
         architecture=arch,

@@ -13,6 +13,18 @@ const CHARTS = [
   {title: "429 responses", unit: "per min", series: [["rejected_429_per_min", "429/min", "#c0392b"]]},
   {title: "Preemptions (engines)", unit: "per min", series: [["preemptions_per_min", "preemptions/min", "#7f8c8d"]]},
 ];
+// SGLang reports retractions where vLLM reports preemptions (live/window.py reads
+// sglang:num_retracted_requests_total into the same figure): say which the replicas count
+const PREEMPT_WORDS = {
+  vllm: ["preempt/min", "Preemptions (engines)", "preemptions/min"],
+  sglang: ["retractions/min", "Retractions (engines)", "retractions/min"],
+  mixed: ["preempt·retract/min", "Preemptions + retractions (engines)", "preemptions + retractions/min"],
+};
+function preemptWords(replicas) {
+  const engines = new Set(replicas.map((r) => r.engine).filter(Boolean));
+  if (engines.has("sglang")) return PREEMPT_WORDS[engines.size === 1 ? "sglang" : "mixed"];
+  return PREEMPT_WORDS.vllm;
+}
 const $ = (id) => document.getElementById(id);
 const fmt = (v, digits = 0) => v === null || v === undefined ? "–" :
   Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
@@ -97,13 +109,15 @@ function drawChart(spec, history) {
   return root;
 }
 
-function showCharts(history) {
+function showCharts(history, words) {
   $("charts").replaceChildren(...CHARTS.map((spec) => {
     const div = document.createElement("div");
     div.className = "chart";
-    const h = document.createElement("h3"); h.textContent = spec.title;
+    const preempt = spec.series[0][0] === "preemptions_per_min";
+    const h = document.createElement("h3"); h.textContent = preempt ? words[1] : spec.title;
     const legend = document.createElement("div"); legend.className = "legend";
-    for (const [key, label, color] of spec.series) {
+    for (const [key, name, color] of spec.series) {
+      const label = preempt ? words[2] : name;
       const last = history.length ? history[history.length - 1][key] : null;
       const s = document.createElement("span");
       const swatch = document.createElement("i");
@@ -119,8 +133,10 @@ function showCharts(history) {
 function show(status) {
   showGateway(status.gateway);
   showReplicas(status.replicas);
+  const words = preemptWords(status.replicas || []);
+  $("preempt-head").textContent = words[0];
   showDepartures(status.departures || []);
-  showCharts(status.history || []);
+  showCharts(status.history || [], words);
   const mem = status.host && status.host.memory;
   const gpus = (status.host && status.host.gpus) || [];
   const gpuText = gpus.map((g) => ` · GPU ${g.index} ${g.name}: ${fmt(g.used_gib, 1)} of ${fmt(g.total_gib, 1)} GiB used`).join("");

@@ -9,7 +9,6 @@ from kvwise.planner.sglang.releases import (
     SglangRelease,
     default_chunked_prefill_size,
     default_cuda_graph_max_bs,
-    multimodal_reduction,
     reserve_constants,
 )
 
@@ -22,7 +21,9 @@ class FractionInputs:
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     is_mla: bool
-    is_multimodal: bool
+    # the release's multimodal factor on the default alone (0.4.9+); 1.0 for text models and for
+    # releases that scale the fraction in use, given or default (plan.py applies those)
+    default_multimodal_factor: float = 1.0
 
 
 def _per_parallel(release: SglangRelease, parallel: int) -> float:
@@ -96,9 +97,7 @@ def default_fraction(release: SglangRelease, inputs: FractionInputs) -> float:
         fraction = round((gpu - _reserve_table_mib(release, gpu, parallel)) / gpu, 3)
     else:
         fraction = round((gpu - reserve_formula_mib(release, inputs)) / gpu, 3)
-    if inputs.is_multimodal:
-        fraction *= multimodal_reduction()
-    return fraction
+    return fraction * inputs.default_multimodal_factor
 
 
 def defaults_for(

@@ -111,9 +111,10 @@ class OutsideFix:
         return " or ".join(p for p in parts if p) or None
 
 
-def largest_fraction(free: int, need: int) -> float:
-    """The largest --mem-fraction-static (two decimals, rounded down) that leaves `need` bytes."""
-    return math.floor((free - need) / free * 100) / 100
+def largest_fraction(free: int, need: int, scale: float = 1.0) -> float:
+    """The largest --mem-fraction-static (two decimals, rounded down) that leaves `need` bytes
+    once SGLang has multiplied it by `scale` (a multimodal model up to 0.4.8)."""
+    return math.floor((free - need) / free / scale * 100) / 100
 
 
 def largest_graph_bs(room: int, need: OutsideNeed) -> int:

@@ -22,14 +22,17 @@ from kvwise.planner.sglang.outside import (
 )
 from kvwise.planner.sglang.pool import (
     cell_bytes,
+    derived_context_len,
     max_running_requests,
     pre_load_free_bytes,
 )
 from kvwise.planner.sglang.releases import (
     MIB,
+    MultimodalRule,
     SglangRelease,
-    adjusts_multimodal,
+    applies_vlm_factor,
     input_reserved_tokens,
+    multimodal_rule,
     release_for,
 )
 
@@ -60,7 +63,7 @@ class SglangPlan:
     context_length: int
     weights_bytes: int
     pre_load_free_bytes: int
-    static_bytes: int  # mem_fraction_static x free memory before loading
+    static_bytes: int  # mem_fraction_static x multimodal_scale x free memory before loading
     kv_bytes: int
     max_total_num_tokens: int
     max_running_requests: int
@@ -70,6 +73,9 @@ class SglangPlan:
     # what start-up allocates after the pool (request table, attention buffers, CUDA graphs)
     outside: OutsideNeed | None = None
     fix: OutsideFix | None = None  # flag changes that make a start-up OOM fit
+    # what SGLang multiplies mem_fraction_static by for a multimodal model, the flag's value
+    # included (model_runner.py up to 0.4.8); 1.0 otherwise
+    multimodal_scale: float = 1.0
 
     @property
     def starts(self) -> bool:
@@ -104,6 +110,20 @@ def _not_modelled(model: ModelSpec, adjusted_for_vision: bool) -> tuple[str, ...
     return tuple(notes)
 
 
+def _multimodal_note(
+    release: SglangRelease, rule: MultimodalRule | None, fraction: float
+) -> tuple[str, ...]:
+    """What a user sees in SGLang's log when it lowers the --mem-fraction-static in use."""
+    if rule is None or not rule.given_too:
+        return ()
+    used = fraction * rule.factor
+    return (
+        f"SGLang {release.family} sizes the pool with {used:.3f}, not --mem-fraction-static "
+        f"{fraction:g}, for a multimodal model (x{rule.factor}: 'Automatically reduce "
+        f"--mem-fraction-static to {used:.3f} because this is a multimodal model')",
+    )
+
+
 def max_input_tokens(tokens: int, context: int) -> int:
     """The longest prompt SGLang accepts: TpModelWorker's max_req_input_len."""
     return min(context - 1, tokens - 1) - INPUT_RESERVED_TOKENS
@@ -120,13 +140,15 @@ def _capture_fix(
     need: OutsideNeed,
     sizes: tuple[int, int, int],
     pool: tuple[int, int, int | None],
+    scale: float,
 ) -> OutsideFix:
     """Each change that alone leaves start-up its room: the largest fraction (two decimals) that
-    still leaves a KV pool, the largest --cuda-graph-max-bs, the longest --context-length."""
+    still leaves a KV pool, the largest --cuda-graph-max-bs, the longest --context-length. The
+    fraction is the flag's value: SGLang multiplies it by `scale` (multimodal, up to 0.4.8)."""
     free, static, weights = sizes
     room = free - static
-    fraction: float | None = largest_fraction(free, need.at_start)
-    if fraction is not None and fraction * free <= weights:
+    fraction: float | None = largest_fraction(free, need.at_start, scale)
+    if fraction is not None and fraction * scale * free <= weights:
         fraction = None  # no fraction leaves both a KV pool and this room
     bs: int | None = largest_graph_bs(room, need)
     if not need.graphs or bs is None or not 1 <= bs < inputs.cuda_graph_max_bs:
@@ -179,9 +201,14 @@ def _fraction_inputs(
     chunk, graph_bs = defaults_for(
         release, gpu_mib, tp, sglang.chunked_prefill_size, sglang.cuda_graph_max_bs
     )
-    multimodal = model.vision is not None and adjusts_multimodal(sglang.version)
-    inputs = FractionInputs(gpu_mib, tp, pp, chunk, graph_bs, model.mla is not None, multimodal)
+    rule = _multimodal(model, sglang)
+    on_default = rule.factor if rule is not None and not rule.given_too else 1.0
+    inputs = FractionInputs(gpu_mib, tp, pp, chunk, graph_bs, model.mla is not None, on_default)
     return release, inputs
+
+
+def _multimodal(model: ModelSpec, sglang: SglangFlags) -> MultimodalRule | None:
+    return multimodal_rule(sglang.version) if model.vision is not None else None
 
 
 def plan_sglang(
@@ -190,16 +217,19 @@ def plan_sglang(
     sglang = sglang or SglangFlags()
     resolved = resolve_flags(model, gpu, flags, rules_for(None))
     release, inputs = _fraction_inputs(model, gpu, resolved, sglang)
+    rule = _multimodal(model, sglang)
+    # up to 0.4.8 model_runner scales the fraction in use, a given one too, for multimodal models
+    scale = rule.factor if rule is not None and rule.given_too else 1.0
     default = default_fraction(release, inputs)
-    fraction = sglang.mem_fraction_static or default
+    given = sglang.mem_fraction_static
+    fraction = given or default  # the flag's value; SGLang sizes the pool with fraction x scale
     weights = memory.weights_bytes(model, resolved)
     free = pre_load_free_bytes(gpu, inputs.tp, release)
-    static = int(fraction * free)
+    static = int(fraction * scale * free)
     cell = cell_bytes(model, inputs.tp, kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype))
     tokens = max(static - weights, 0) // cell
-    context = (
-        resolved.max_model_len if resolved.max_model_len > 0 else model.max_position_embeddings
-    )
+    given_context = flags.max_model_len is not None and flags.max_model_len > 0
+    context = resolved.max_model_len if given_context else derived_context_len(model)
     is_default = sglang.mem_fraction_static is None
     need = outside_need(release, inputs, tokens, context, sglang.max_running_requests)
     error, fix = None, None
@@ -207,7 +237,7 @@ def plan_sglang(
         error = _error(release, fraction, weights, free)
     elif free - static < need.at_start:
         pool = (tokens, context, sglang.max_running_requests)
-        fix = _capture_fix(release, inputs, need, (free, static, weights), pool)
+        fix = _capture_fix(release, inputs, need, (free, static, weights), pool, scale)
         error = _capture_error(release, need, free - static, fix)
     return SglangPlan(
         model,
@@ -226,8 +256,12 @@ def plan_sglang(
         tokens,
         sglang.max_running_requests or max_running_requests(max(tokens, 1), context, release),
         error,
-        _warnings(tokens, context, free - static, (free - int(default * free), default)),
-        _not_modelled(model, inputs.is_multimodal and is_default),
+        _warnings(tokens, context, free - static, (free - int(default * scale * free), default))
+        + _multimodal_note(release, rule, fraction),
+        _not_modelled(
+            model, is_default and model.vision is not None and applies_vlm_factor(sglang.version)
+        ),
         need,
         fix,
+        scale,
     )

@@ -14,6 +14,18 @@ from kvwise.planner import memory
 from kvwise.planner.sglang.releases import SglangRelease, tp_buffer_constants
 
 
+def derived_context_len(model: ModelSpec) -> int:
+    """The context SGLang uses without --context-length: hf_transformers_utils.get_context_length
+    (read at 0.2.15, 0.3.6, 0.4.0, 0.4.4.post2, 0.4.5.post1, 0.4.6, 0.4.8, 0.4.10, 0.5.3, 0.5.9):
+    max_position_embeddings x rope_scaling's factor, unless rope_scaling names
+    original_max_position_embeddings or its rope_type is llama3 (then the factor is 1). Unlike
+    vLLM, no model is exempt: Gemma 3's linear factor 8 gives 8 x 131,072 = 1,048,576 tokens."""
+    rope = model.rope_scaling
+    if rope is None or rope.has_original_max_position_embeddings or rope.rope_type == "llama3":
+        return model.max_position_embeddings
+    return int(rope.factor * model.max_position_embeddings)
+
+
 def cell_bytes(model: ModelSpec, tp: int, kv_bytes: int) -> int:
     """KV bytes per token on one rank, as profile_max_num_token computes its cell_size."""
     if model.mla is not None:

@@ -69,19 +69,36 @@ def tp_buffer_constants() -> dict[str, Any]:
     return dict(_table()["tp_buffers"])
 
 
-def adjusts_multimodal(version: str | None) -> bool:
-    """Whether this release lowers the default fraction for multimodal models (0.4.10+)."""
+def applies_vlm_factor(version: str | None) -> bool:
+    """Whether this release scales the default by the vision tower's size (0.4.10+; unmodelled)."""
     return version is None or release_key(version) >= release_key(
-        str(_table()["multimodal_first_release"])
+        str(_table()["vlm_factor_first_release"])
     )
+
+
+@dataclass(frozen=True)
+class MultimodalRule:
+    """How a release lowers mem_fraction_static for a multimodal model."""
+
+    factor: float
+    given_too: bool  # True: the user's --mem-fraction-static is scaled too (up to 0.4.8)
+
+
+def multimodal_rule(version: str | None) -> MultimodalRule | None:
+    """The release's multimodal reduction (None: none, as up to 0.2.14); None version: newest."""
+    rules = _table()["multimodal_rules"]["rules"]
+    if version is None:
+        _, _, factor, scope = rules[-1]
+        return MultimodalRule(float(factor), scope == "given")
+    wanted = release_key(version)
+    for first, last, factor, scope in rules:
+        if release_key(first) <= wanted and (last is None or wanted <= release_key(last)):
+            return MultimodalRule(float(factor), scope == "given")
+    return None
 
 
 def input_reserved_tokens() -> int:
     return int(_table()["input_cap"]["reserved_tokens"])
-
-
-def multimodal_reduction() -> float:
-    return float(_table()["multimodal_base_reduction"])
 
 
 def launch_flags(family: str) -> frozenset[str] | None:

@@ -90,6 +90,8 @@ def to_json(
         },
         "mem_fraction_static": round(result.mem_fraction_static, 3),
         "mem_fraction_static_is_default": result.fraction_is_default,
+        # what SGLang sizes the pool with (a multimodal model up to 0.4.8: x0.95 or x0.90)
+        "mem_fraction_static_used": round(result.mem_fraction_static * result.multimodal_scale, 3),
         "memory_gib": {
             "total": _gib(result.gpu.memory_bytes),
             "free_before_load": _gib(result.pre_load_free_bytes),
