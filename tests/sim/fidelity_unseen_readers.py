@@ -164,7 +164,21 @@ def dennislee22(record: dict[str, Any], gpu: str) -> Case | Skipped:
             "A100 80GB form factor not stated: PCIe, as the campaign's TP2 log says the GPUs "
             "lack peer-to-peer (an SXM4 board has NVLink)"
         )
-    return _case(record, "dennislee22", gpu, flags, workload, notes, num_gpu_blocks=blocks)
+    interconnect = None
+    if _tp(record) > 1 and record.get("gpu_peer_to_peer") is False:
+        # vLLM: "Custom allreduce is disabled because your platform lacks GPU P2P capability"
+        interconnect = "pcie-nop2p"
+        notes.append("GPUs without peer-to-peer (record's gpu_peer_to_peer): NCCL via host memory")
+    return _case(
+        record,
+        "dennislee22",
+        gpu,
+        flags,
+        workload,
+        notes,
+        num_gpu_blocks=blocks,
+        interconnect=interconnect,
+    )
 
 
 def livinfly(record: dict[str, Any], gpu: str) -> Case | Skipped:
