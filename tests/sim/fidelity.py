@@ -27,6 +27,7 @@ from kvwise.core.gpus import find_gpu
 from kvwise.core.models import ModelSpec
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.deploy import deployment
+from kvwise.sim.interconnect import Topology, find_link
 from kvwise.sim.runner import SimResult, simulate
 from kvwise.sim.steptime import StepTimeCoefficients
 from kvwise.sim.workloads import WorkloadSpec
@@ -108,6 +109,9 @@ class Case:
     # between the points of a sweep): the prefix cache starts warm. No in-sample source says
     # so (IOG's README does not say whether the server was restarted), so none is warm.
     warm_cache: bool = False
+    # the GPU link the source states, as `kvwise simulate --interconnect` takes it (None: the
+    # card's own): "pcie-nop2p" where vLLM logged that the GPUs lack peer-to-peer
+    interconnect: str | None = None
 
     @property
     def request_rate(self) -> float:
@@ -222,10 +226,18 @@ def run_case(
         num_gpu_blocks=case.num_gpu_blocks,
         num_scheduler_steps=case.num_scheduler_steps,
         label=case.case_id,
+        topology=case_topology(case),
     )
     return simulate(
         dep.config, case.workload, seed, record_steps=record_steps, warm_cache=case.warm_cache
     )
+
+
+def case_topology(case: Case) -> Topology | None:
+    """One node holding the case's TP ranks over the stated link; None: the card's own."""
+    if case.interconnect is None:
+        return None
+    return Topology(1, case.flags.tensor_parallel_size or 1, find_link(case.interconnect))
 
 
 def compare(case: Case, result: SimResult) -> Outcome:

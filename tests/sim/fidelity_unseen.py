@@ -26,7 +26,16 @@ from kvwise.errors import KvwiseError
 from kvwise.sim.coefficients import coefficients_for
 from kvwise.sim.deploy import deployment
 from kvwise.sim.runner import SimResult, simulate
-from tests.sim.fidelity import METRICS, Case, Measured, Outcome, Skipped, compare, model_spec
+from tests.sim.fidelity import (
+    METRICS,
+    Case,
+    Measured,
+    Outcome,
+    Skipped,
+    case_topology,
+    compare,
+    model_spec,
+)
 from tests.sim.loso import REGIMES, regime
 
 GPU_NAMES = {  # the unseen file's spelling -> catalog name
@@ -185,6 +194,7 @@ def run_unseen_case(case: Case, seed: int = 0) -> SimResult:
         num_gpu_blocks=case.num_gpu_blocks,
         num_scheduler_steps=case.num_scheduler_steps,
         label=case.case_id,
+        topology=case_topology(case),
     )
     return simulate(dep.config, case.workload, seed, warm_cache=case.warm_cache)
 

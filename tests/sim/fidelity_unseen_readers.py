@@ -164,7 +164,29 @@ def dennislee22(record: dict[str, Any], gpu: str) -> Case | Skipped:
             "A100 80GB form factor not stated: PCIe, as the campaign's TP2 log says the GPUs "
             "lack peer-to-peer (an SXM4 board has NVLink)"
         )
-    return _case(record, "dennislee22", gpu, flags, workload, notes, num_gpu_blocks=blocks)
+    interconnect = None
+    if _tp(record) > 1 and record.get("gpu_peer_to_peer") is False:
+        # vLLM: "Custom allreduce is disabled because your platform lacks GPU P2P capability"
+        interconnect = "pcie-nop2p"
+        notes.append("GPUs without peer-to-peer (record's gpu_peer_to_peer): NCCL via host memory")
+    # benchmark_serving.py's benchmark() first sends input_requests[0] as an "initial single
+    # prompt test run" (vllm benchmarks/benchmark_serving.py, 0.5-0.10; vllm/benchmarks/serve.py):
+    # with one prompt the measured request is that same prompt, a prefix-cache hit (prefix
+    # caching is on in the logged engine config)
+    warm = _sent(w) == 1
+    if warm:
+        notes.append("one prompt: the client's test run cached it first (warm prefix cache)")
+    return _case(
+        record,
+        "dennislee22",
+        gpu,
+        flags,
+        workload,
+        notes,
+        num_gpu_blocks=blocks,
+        interconnect=interconnect,
+        warm_cache=warm,
+    )
 
 
 def livinfly(record: dict[str, Any], gpu: str) -> Case | Skipped:

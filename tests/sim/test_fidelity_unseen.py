@@ -25,9 +25,12 @@ DATA = (
 SCORED_IN_THE_COMMITTED_RUN = 188
 # median |relative error| of the committed run (benchmarks/results/sim_fidelity_unseen.txt)
 # per (class, regime) with at least 10 points: throughput, mean TPOT, median TTFT
+# p2p14: the two-A100 runs without P2P over pcie-nop2p moved datacenter / overload to 17.7 / 18.0 /
+# 38.8 %: TTFT from 30.0 %, because those runs' prefill now pays its all-reduces through host memory
+# while the same card's one-GPU runs were already +88 % (results file, diagnosis 2)
 COMMITTED = {
     ("datacenter", "low"): (0.099, 0.128, 0.307),
-    ("datacenter", "overload"): (0.188, 0.211, 0.300),
+    ("datacenter", "overload"): (0.177, 0.180, 0.388),
 }
 REGRESSION_MARGIN = 0.03  # 3 percentage points: seeds and rounding, not a change of the model
 

@@ -84,3 +84,61 @@ def test_unknown_link_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str])
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown interconnect 'warp-drive'" in err and "pcie4" in err and "\n" not in err
+
+
+# --- GPUs without peer-to-peer: NCCL through host memory --------------------------------------
+# Figures the tests restate from their sources: NCCL's ring cost model (src/graph/tuning.cc,
+# 2.18+: base latency LL 6.6 us / Simple 8.4 us, 1.0 / 5.7 us per ring step on PCI, LL at a
+# quarter of the bus bandwidth) and nccl-tests' 5.2 GB/s all-reduce bus bandwidth through host
+# memory on A100s (NCCL_P2P_DISABLE=1)
+SHM_BUSBW = 5.2e9
+LL_2GPU_S, SIMPLE_2GPU_S = 6.6e-6 + 2 * 1.0e-6, 8.4e-6 + 2 * 5.7e-6
+QWEN7_MESSAGE_BYTES = 3584 * 2  # hidden x bf16, per token
+QWEN7_CALLS = 2 * 28 + 1  # two per layer, one after the embedding
+
+
+def _a100_weights(link: str | None, tp: int = 2):  # type: ignore[no-untyped-def]
+    flags = VllmFlags(tensor_parallel_size=tp)
+    topology = Topology(1, tp, find_link(link)) if link else None
+    dep = deployment(load_model(QWEN7), find_gpu("a100 pcie 80gb"), flags, topology=topology)
+    return step_weights(dep.config.cost, dep.config.coefficients)
+
+
+def test_without_p2p_a_decode_step_pays_nccls_host_memory_all_reduces() -> None:
+    own, nop2p = _a100_weights(None), _a100_weights("pcie-nop2p")
+    # one decode token: small messages go by LL, 57 all-reduces of 7 kB plus the fitted
+    # all-reduce terms the card's own link had are gone
+    ll_step_s = QWEN7_CALLS * (LL_2GPU_S + QWEN7_MESSAGE_BYTES / (SHM_BUSBW / 4))
+    assert nop2p.shm_allreduce_s(1) == pytest.approx(ll_step_s)
+    assert nop2p.step_s(1, 0, 1000, 1) > own.step_s(1, 0, 1000, 1) + 0.5 * ll_step_s
+    # a 2,048-token prefill chunk: large messages go by Simple, at the full bus bandwidth
+    simple_chunk_s = QWEN7_CALLS * (SIMPLE_2GPU_S + 2048 * QWEN7_MESSAGE_BYTES / SHM_BUSBW)
+    assert nop2p.shm_allreduce_s(2048) == pytest.approx(simple_chunk_s)
+    # every scheduled request's logits are all-gathered: half of a 152k vocabulary in bf16
+    vocab = load_model(QWEN7).vocab_size
+    assert nop2p.request_s - own.request_s == pytest.approx(vocab / 2 * 2 / SHM_BUSBW)
+
+
+def test_the_host_memory_path_slows_decode_more_as_the_batch_grows() -> None:
+    own, nop2p = _a100_weights(None), _a100_weights("nop2p")
+    gaps = [nop2p.step_s(b, 0, b * 1000, b) - own.step_s(b, 0, b * 1000, b) for b in (1, 16, 64)]
+    assert gaps[0] < gaps[1] < gaps[2]
+
+
+def test_one_gpu_has_nothing_to_all_reduce_whatever_the_link() -> None:
+    assert _a100_weights("pcie-nop2p", tp=1) == _a100_weights(None, tp=1)
+
+
+def test_simulate_takes_the_no_p2p_interconnect(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    def run(*extra: str) -> dict[str, float]:
+        argv = ["simulate", QWEN7, "--gpu", "a100 pcie 80gb", "-tp", "2", "--workload", "random",
+                "--num-prompts", "8", "--input-len", "256", "--output-len", "64",
+                "--json", *extra]  # fmt: skip
+        assert main(argv) == 0
+        return json.loads(capsys.readouterr().out)
+
+    own, nop2p = run(), run("--interconnect", "pcie-nop2p")
+    assert nop2p["mean_tpot_ms"] > own["mean_tpot_ms"] * 1.05
+    assert nop2p["output_throughput"] < own["output_throughput"]

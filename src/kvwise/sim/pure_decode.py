@@ -156,6 +156,7 @@ def _decode_step_terms(engine: Engine, num_decode: int) -> tuple[float, float, f
         - w.idle_experts_s(num_decode)
         + w.token_s * num_decode
         + (w.gemm * excess if excess > 0 else 0.0)
+        + (w.shm_allreduce_s(num_decode) if w.shm_calls else 0.0)
     )
     return fixed_s, w.context_token_s, w.request_s * num_decode
 

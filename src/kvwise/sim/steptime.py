@@ -28,7 +28,11 @@ or request times (`basis` + `fit.fit_coefficients`). Basis terms, per rank:
 The engine evaluates a step through `StepWeights`, the same terms folded per token count:
 (tokens, prefill attention pairs, decode context tokens, requests). Same inputs, same float
 operations, same result; plus the links of a multi-node or non-default interconnect
-(`StepCost.comm_*`, from `interconnect.comm_cost`), which are physics, not fitted.
+(`StepCost.comm_*`, from `interconnect.comm_cost`), which are physics, not fitted. On GPUs
+without peer-to-peer the tensor-parallel all-reduces are NCCL's through host memory
+(`StepCost.shm_*`, `interconnect.nccl_shm_collectives`) in place of the fitted all-reduce terms:
+per step, calls x min(LL, Simple) of latency + tokens x seconds per token (NCCL picks the
+faster protocol for the message size), the only term that is not linear in the tokens.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from dataclasses import asdict, dataclass
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.core.weights import active_params
-from kvwise.sim.interconnect import CommCost
+from kvwise.sim.interconnect import CommCost, NcclShmAllReduce
 
 BASIS_NAMES = (
     "weight_read",
@@ -101,6 +105,9 @@ class StepCost:
     comm_s_per_token: float = 0.0  # per token: activations across pipeline stage boundaries
     expert_read_s: float = 0.0  # the routed experts' share of weight_read_s (0: dense model)
     expert_miss: float = 1.0  # chance that one token is not routed to a given expert: 1 - k/E
+    # tensor parallelism without GPU peer-to-peer (`interconnect.nccl_shm_collectives`): NCCL
+    # through host memory replaces the fitted all-reduce terms (then allreduce_* are 0)
+    shm: NcclShmAllReduce | None = None
 
 
 def step_cost(
@@ -132,6 +139,8 @@ def step_cost(
         2 * model.num_layers * model.hidden_size * activation_bytes * ring_factor
     )
     link_bytes_s = comm.allreduce_bytes_s if comm is not None else gpu.interconnect_bytes_s
+    shm = comm.shm if comm is not None else None
+    fitted_allreduce = tp > 1 and shm is None
     moe = model.moe
     return StepCost(
         weight_read_s=weight_bytes_per_rank / bandwidth,
@@ -140,11 +149,12 @@ def step_cost(
         kv_read_s_per_token=kv_bytes_per_token / bandwidth,
         linear_s_per_token=2 * active_params(model) / tp / peak_flops,
         attention_s_per_pair=attention_flops_per_pair / peak_flops,
-        allreduce_s_per_token=allreduce_bytes_per_token / link_bytes_s if tp > 1 else 0.0,
-        allreduce_calls=2 * model.num_layers if tp > 1 else 0,
+        allreduce_s_per_token=allreduce_bytes_per_token / link_bytes_s if fitted_allreduce else 0.0,
+        allreduce_calls=2 * model.num_layers if fitted_allreduce else 0,
         num_layers=model.num_layers,
         comm_fixed_s=comm.fixed_s if comm is not None else 0.0,
         comm_s_per_token=comm.s_per_token if comm is not None else 0.0,
+        shm=shm,
     )
 
 
@@ -190,6 +200,7 @@ def apply(coefficients: StepTimeCoefficients, basis_terms: tuple[float, ...]) ->
 @dataclass(frozen=True)
 class StepWeights:
     """step_s = base - idle_experts(T) + token * T + gemm * max(0, T * gemm_token - weight_read)
+    + shm_calls * min(ll + ll_token * T, simple + simple_token * T)
     + pair_x2 * A2 + context_token * C + request * R (the basis terms, folded)."""
 
     base_s: float
@@ -202,6 +213,12 @@ class StepWeights:
     pair_x2_s: float
     context_token_s: float
     request_s: float
+    # NCCL through host memory (0 calls: the fitted all-reduce terms in base_s and token_s)
+    shm_calls: float = 0.0
+    shm_ll_s: float = 0.0
+    shm_ll_token_s: float = 0.0
+    shm_simple_s: float = 0.0
+    shm_simple_token_s: float = 0.0
 
     def step_s(self, tokens: int, pairs_x2: int, context: int, reqs: int) -> float:
         excess = self.gemm_token_s * tokens - self.weight_read_s
@@ -210,10 +227,17 @@ class StepWeights:
             - (self.expert_s * self.expert_miss**tokens if self.expert_s else 0.0)
             + self.token_s * tokens
             + (self.gemm * excess if excess > 0 else 0.0)
+            + (self.shm_allreduce_s(tokens) if self.shm_calls else 0.0)
             + self.pair_x2_s * pairs_x2
             + self.context_token_s * context
             + self.request_s * reqs
         )
+
+    def shm_allreduce_s(self, tokens: int) -> float:
+        """The step's all-reduces through host memory: NCCL's faster protocol for the size."""
+        ll = self.shm_ll_s + self.shm_ll_token_s * tokens
+        simple = self.shm_simple_s + self.shm_simple_token_s * tokens
+        return self.shm_calls * (ll if ll < simple else simple)
 
     def idle_experts_s(self, tokens: int) -> float:
         """The read time of the routed experts no token of the step was routed to (as step_s
@@ -222,12 +246,14 @@ class StepWeights:
 
 
 def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
+    shm = cost.shm
     return StepWeights(
         base_s=c.weight_read * cost.weight_read_s
         + c.allreduce_call_s * cost.allreduce_calls
         + c.step_overhead_s
         + c.layer_overhead_s * cost.num_layers
-        + cost.comm_fixed_s,
+        + cost.comm_fixed_s
+        + (shm.gather_latency_s if shm is not None else 0.0),
         expert_s=c.weight_read * cost.expert_read_s,
         expert_miss=cost.expert_miss,
         token_s=c.allreduce * cost.allreduce_s_per_token + cost.comm_s_per_token,
@@ -237,5 +263,10 @@ def step_weights(cost: StepCost, c: StepTimeCoefficients) -> StepWeights:
         pair_x2_s=c.attention_compute * cost.attention_s_per_pair / 2,
         context_token_s=c.kv_read * cost.kv_read_s_per_token
         + c.attention_compute * cost.attention_s_per_pair,
-        request_s=c.request_overhead_s,
+        request_s=c.request_overhead_s + (shm.gather_s_per_request if shm is not None else 0.0),
+        shm_calls=float(shm.calls) if shm is not None else 0.0,
+        shm_ll_s=shm.ll_latency_s if shm is not None else 0.0,
+        shm_ll_token_s=shm.ll_s_per_token if shm is not None else 0.0,
+        shm_simple_s=shm.simple_latency_s if shm is not None else 0.0,
+        shm_simple_token_s=shm.simple_s_per_token if shm is not None else 0.0,
     )

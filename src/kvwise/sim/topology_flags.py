@@ -16,7 +16,10 @@ def add_topology_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--gpus-per-node", type=int, help="GPUs in each machine (default 1)")
     group.add_argument(
         "--interconnect",
-        help=f"GPU link inside a node (default: the card's own, from the GPU catalog): {names}",
+        help=f"GPU link inside a node (default: the card's own, from the GPU catalog): {names}. "
+        "pcie-nop2p: PCIe GPUs without peer-to-peer, where vLLM logs 'Custom allreduce is "
+        "disabled because your platform lacks GPU P2P capability' (NCCL then goes through host "
+        "memory)",
     )
     group.add_argument(
         "--inter-node-link",
