@@ -56,10 +56,15 @@ def test_enforce_eager_gives_the_graph_estimate_to_kv_when_graphs_are_in_the_bud
     )
 
 
-def test_fewer_max_num_seqs_lowers_the_activation_peak() -> None:
+@pytest.mark.parametrize("version", ["0.21.0", "0.25.0"])
+def test_fewer_max_num_seqs_lowers_the_activation_peak(version: str) -> None:
+    # the profile's sampler over max_num_seqs x vocab logits is its largest transient here (V1
+    # runner: 14 bytes per logit; V2 0.22-0.25: the logits and their fp32 copy). From 0.27 the
+    # V2 profile keeps only the bf16 logits, below the MLP's transient: max_num_seqs no longer
+    # moves the peak (test_v2_runner.py)
     assert (
-        _plan(max_num_seqs=32).memory.activation_peak_bytes
-        < _plan(max_num_seqs=256).memory.activation_peak_bytes
+        _plan(version=version, max_num_seqs=32).memory.activation_peak_bytes
+        < _plan(version=version, max_num_seqs=256).memory.activation_peak_bytes
     )
 
 

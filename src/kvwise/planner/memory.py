@@ -118,7 +118,10 @@ WARMUP_SHARE_OF_SAMPLER = 9.0 / 14.0
 # from source: the [rows, vocab] tensors alive at its peak are named per release in the rules
 # (`v2_profile_sampler_tensors`, `v2_warmup_sampler_tensors`); bytes per logit of each (None: the
 # model's dtype). "logits": compute_logits' output in the model dtype; "fp32_copy":
-# apply_sampling_params' torch.empty_like(logits, dtype=float32).copy_(logits); "logits_clone"
+# apply_sampling_params' torch.empty_like(logits, dtype=float32).copy_(logits) (0.27+: only when a
+# slot needs processing, Sampler._requires_logits_processing / needs_logits_processing; the
+# profile's dummy batch runs on slots with no request, whose initial states need none, so the
+# 0.27+ profile holds the logits alone; the warm-up's requests do need it); "logits_clone"
 # (0.26): logits.clone() kept for raw logprobs; with top-k and top-p both set (the warm-up),
 # flashinfer_sample -> flashinfer.sampling.top_k_top_p_sampling_from_logits holds
 # "flashinfer_masked_logits" (top_k_mask_logits' copy) and "flashinfer_probs" (its softmax), both
