@@ -20,7 +20,7 @@ import json
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.planner import Plan, plan
-from tests.planner.accuracy import DATA, _gpu, _version, emulated_hub, record_flags
+from tests.planner.accuracy import DATA, record_gpu, _version, emulated_hub, record_flags
 
 # one L4, Qwen3-14B-AWQ, vLLM 0.28.0, the same flags: the blog's first arm, and its replica arm
 # run later with the same flags (the author: "by run, 9.10 GiB or 10.33 GiB")
@@ -42,7 +42,10 @@ def _plan(record: dict[str, object], **overrides: object) -> Plan:
         flags = type(flags)(**{**flags.__dict__, **overrides})
     with emulated_hub():
         return plan(
-            load_model(str(record["model"])), _gpu(record), flags, vllm_version=_version(record)
+            load_model(str(record["model"])),
+            record_gpu(record),
+            flags,
+            vllm_version=_version(record),
         )
 
 
@@ -63,6 +66,6 @@ def test_enforce_eager_compiles_nothing_and_v0_had_no_compile() -> None:
     assert not any(WARNING in w for w in _plan(first, enforce_eager=True).warnings)
     with emulated_hub():
         qwen25 = load_model("Qwen/Qwen2.5-7B-Instruct")  # a model 0.6.3 ran
-        v0 = plan(qwen25, _gpu(first), VllmFlags(max_model_len=4096), vllm_version="0.6.3")
+        v0 = plan(qwen25, record_gpu(first), VllmFlags(max_model_len=4096), vllm_version="0.6.3")
     assert v0.engine == "V0"
     assert not any(WARNING in w for w in v0.warnings)
