@@ -244,6 +244,23 @@ def test_a_memory_size_that_no_variant_has_is_refused(name: str, size: int) -> N
         find_gpu(name)
 
 
+def test_a_size_only_another_card_of_the_generation_has_lists_those_cards_and_picks_none() -> None:
+    # "4x H100 96GB" (sgl-project/sglang#7059): no H100 is sold as 96 GB; the Hopper cards of
+    # about that size are the H100 NVL (94 GB), the GH200 (96 GB) and the H20 (96 GB). The
+    # message names them so the user can give the right --gpu; kvwise still picks none.
+    with pytest.raises(UnknownGpuError) as raised:
+        find_gpu("H100 96GB")
+    message = str(raised.value)
+    for key in ("h100-nvl", "gh200-96gb", "h20"):
+        assert key in message
+    assert "h200" not in message.replace("gh200", "")  # 141 GB: not about 96 GB
+    assert "--gpu-memory-gib" in message  # a modded card of non-standard memory
+    # a size no card of that generation has adds nothing
+    with pytest.raises(UnknownGpuError) as raised:
+        find_gpu("A100 96GB")
+    assert "same generation" not in str(raised.value)
+
+
 def test_gpu_memory_gib_picks_the_variant_and_sets_the_memory() -> None:
     gpu = resolve_gpu("A100", 79.0, detect=False)  # `--gpu A100 --gpu-memory-gib 79`
     assert (gpu.key, gpu.memory_gib) == ("a100-80gb-sxm", pytest.approx(79.0))

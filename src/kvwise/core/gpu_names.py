@@ -117,7 +117,7 @@ class NameIndex:
             if not left:
                 raise UnknownGpuError(
                     f"no {memory_gb:g} GB card named {name!r} in the catalog; "
-                    f"it has: {self._choices(found)}"
+                    f"it has: {self._choices(found)}" + self._same_generation(found, memory_gb)
                 )
         if memory_gib is not None and len(left) > 1:
             gap = {i: abs(float(self.entries[i]["memory_gib"]) - memory_gib) for i in left}
@@ -125,6 +125,36 @@ class NameIndex:
         if len(left) == 1:
             return left[0]
         return self._preferred(name, left)
+
+    def _same_generation(self, found: tuple[int, ...], size: float) -> str:
+        """Cards of the stated size and of the named cards' compute capability, under other
+        names ("H100 96GB": the H100 NVL, the GH200, the H20), listed for the user to choose
+        from; never picked."""
+        generations = {self.entries[i].get("compute_capability") for i in found} - {None}
+        others = tuple(
+            i
+            for i, entry in enumerate(self.entries)
+            if i not in found and entry.get("compute_capability") in generations
+        )
+        near = self._by_size_within_tolerance(others, size)
+        if not near:
+            return ""
+        return (
+            f"; cards of about {size:g} GB of the same generation: {self._choices(near)}; "
+            "give --gpu KEY for one of these, or --gpu-memory-gib with the total for a card "
+            "of non-standard memory"
+        )
+
+    def _by_size_within_tolerance(self, indexes: tuple[int, ...], size: float) -> tuple[int, ...]:
+        return tuple(
+            i
+            for i in indexes
+            if min(
+                abs(float(self.entries[i]["memory_gb"]) - size),
+                abs(float(self.entries[i]["memory_gib"]) - size),
+            )
+            <= SIZE_TOLERANCE * size
+        )
 
     def _by_stated_size(self, found: tuple[int, ...], size: float) -> tuple[int, ...]:
         """The cards a size in a name means: the marketed GB ("48GB"), or the GiB a tool showed
