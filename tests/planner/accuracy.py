@@ -42,11 +42,17 @@ ENGINE_VERSIONS = {"V0": "0.6.4", "V1": "0.19.0"}
 
 # The dataset's generic "cuda_oom" has no stage; the planner's kinds name the stage.
 KIND_ALIASES = {
-    "cuda_oom": {"cuda_oom_cuda_graph_capture", "cuda_oom_sampler_warmup", "weights_exceed_memory"},
+    "cuda_oom": {
+        "cuda_oom_cuda_graph_capture",
+        "cuda_oom_sampler_warmup",
+        "weights_exceed_memory",
+        "cuda_oom_profile_run",
+    },
     "oom_reported_no_error_text": {
         "cuda_oom_cuda_graph_capture",
         "cuda_oom_sampler_warmup",
         "weights_exceed_memory",
+        "cuda_oom_profile_run",
         "no_kv_cache_memory",
         "insufficient_free_memory_at_startup",
     },

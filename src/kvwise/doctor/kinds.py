@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvwise.planner.result import (
     CUDA_OOM_CUDA_GRAPH_CAPTURE,
+    CUDA_OOM_PROFILE_RUN,
     CUDA_OOM_SAMPLER_WARMUP,
     HOST_RAM,
     INSUFFICIENT_FREE_MEMORY,
@@ -18,7 +19,6 @@ from kvwise.planner.result import (
 )
 
 CUDA_OOM = "cuda_oom"  # out of GPU memory, stage not shown
-CUDA_OOM_PROFILE_RUN = "cuda_oom_profile_run"  # the dummy forward pass that measures activations
 CUDA_OOM_KV_CACHE_ALLOCATION = "cuda_oom_kv_cache_allocation"
 CUDA_OOM_RUNTIME = "cuda_oom_runtime"  # after start-up, while serving
 ANOTHER_PROCESS = "another_process"

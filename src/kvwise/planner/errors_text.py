@@ -6,11 +6,13 @@ from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.planner.defaults import VersionRules
 from kvwise.planner.result import (
     CUDA_OOM_CUDA_GRAPH_CAPTURE,
+    CUDA_OOM_PROFILE_RUN,
     CUDA_OOM_SAMPLER_WARMUP,
     HOST_RAM,
     INSUFFICIENT_FREE_MEMORY,
     MAX_MODEL_LEN_EXCEEDS_KV_CACHE,
     NO_KV_CACHE_MEMORY,
+    STAGE_KV_CACHE_ALLOCATION,
     WEIGHTS_EXCEED_MEMORY,
     KvCapacity,
     PlanError,
@@ -38,6 +40,16 @@ def weights_exceed(weights: int, free: int, resolved: ResolvedFlags) -> PlanErro
         WEIGHTS_EXCEED_MEMORY,
         f"torch.OutOfMemoryError: CUDA out of memory while loading the model: the weights take "
         f"{_gib(weights)} GiB per GPU ({ranks} GPU(s)) but only {_gib(free)} GiB are free.",
+    )
+
+
+def profile_run_oom(weights: int, activation: int, free: int) -> PlanError:
+    return PlanError(
+        CUDA_OOM_PROFILE_RUN,
+        f"torch.OutOfMemoryError: CUDA out of memory during the memory profiling run: the weights "
+        f"({_gib(weights)} GiB) and the profile's forward/sampler peak ({_gib(activation)} GiB) "
+        f"exceed the {_gib(free)} GiB free (lower --max-num-batched-tokens, --max-num-seqs or "
+        "--max-model-len).",
     )
 
 
@@ -103,11 +115,13 @@ def max_len_exceeds(
 
 
 def kv_allocation_oom(budget: int, free: int) -> PlanError:
+    # the kind is the free-memory shortfall; the stage that fails is the pool's allocation
     return PlanError(
         INSUFFICIENT_FREE_MEMORY,
         f"torch.OutOfMemoryError: CUDA out of memory allocating the KV cache: the budget "
         f"(total x gpu_memory_utilization, {_gib(budget)} GiB) exceeds the {_gib(free)} GiB free "
         "at start-up (this vLLM release does not check free memory first).",
+        STAGE_KV_CACHE_ALLOCATION,
     )
 
 

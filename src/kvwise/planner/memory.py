@@ -141,6 +141,16 @@ V2_SAMPLER_TENSOR_BYTES: dict[str, int | None] = {
 # 128 (RTX 4090; H100 SXM has 132, A100 108, L4 58) is assumed.
 TRITON_TOPK_MIN_ROWS = 8
 ASSUMED_NUM_SMS = 128
+# Logits at TP > 1 (V1 engine): LogitsProcessor._get_logits computes this rank's [rows, vocab / TP]
+# slice and all-gathers it along the vocab (`use_all_gather()` is True on CUDA). The all-gather
+# (device_communicators/cuda_communicator.py:CudaCommunicator.all_gather, the base class's
+# all_gather likewise) allocates a [TP x rows, vocab / TP] output, and for dim != 0 its
+# reshape(movedim(...)) copies it into a new [rows, vocab] tensor while the gathered buffer and
+# the local slice are still referenced: (2 + 1/TP) x rows x vocab in the model dtype at that
+# moment (read at 0.19.0, 0.28.0, 0.30.0). The sampler then starts from the [rows, vocab] copy,
+# so the logits stage peaks at the larger of the two. It shows where the sampler's own tensors
+# are below it: Model Runner V2's profile from 0.26 (the logits alone).
+LOGITS_GATHER_FULL_COPIES = 2
 
 
 def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
@@ -164,6 +174,14 @@ def weights_bytes(model: ModelSpec, resolved: ResolvedFlags) -> int:
 def _sampler_rows(resolved: ResolvedFlags) -> int:
     # the dummy batch has min(max_num_seqs, max_num_batched_tokens) requests
     return min(resolved.max_num_seqs, resolved.max_num_batched_tokens)
+
+
+def logits_gather_bytes_per_logit(resolved: ResolvedFlags) -> float:
+    """Bytes per logit alive while compute_logits all-gathers the vocab slices (0 at TP 1)."""
+    tp = resolved.tensor_parallel_size
+    if tp == 1:
+        return 0.0
+    return (LOGITS_GATHER_FULL_COPIES + 1 / tp) * runtime_dtype_bytes(resolved)
 
 
 def _mlp_transient_bytes(model: ModelSpec, resolved: ResolvedFlags) -> float:
@@ -191,6 +209,8 @@ def activation_bytes(
         sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
     else:
         sampler = rules.sampler_bytes_per_logit * logits
+    # the logits stage: the all-gather at TP > 1, then the sampler on the gathered logits
+    sampler = max(sampler, logits_gather_bytes_per_logit(resolved) * logits)
     peak = max(sampler, _mlp_transient_bytes(model, resolved), moe.transient)
     if model.vision is not None and model.vision.encoder is not None:
         # the encoder pass, then the language model's batch beside the encoder cache
@@ -252,34 +272,37 @@ def _multi_gpu_bytes(gpu: GpuSpec, tp: int, rules: VersionRules) -> int:
     return custom_all_reduce_bytes(gpu, tp)
 
 
-# V0's own graph-capture message (vllm/worker/model_runner.py:ModelRunner.capture_model, 0.4.0-
-# 0.6.3): "CUDA graphs can take additional 1~3 GiB memory per GPU". Where the custom all-reduce
-# is off at TP > 1 (PCIe beyond two GPUs, no GPU P2P), the all-reduces captured in the graphs go
-# through NCCL (distributed/parallel_state.py:GroupCoordinator.graph_capture: only the custom
-# all-reduce gets a capture context of its own), and what NCCL allocates for captured
-# collectives is NCCL's, not in vLLM's source. kvwise's graph figure is fitted at TP1 and on
-# NVSwitch H100s (custom all-reduce on), so with less room than vLLM's own upper bound beside
-# the budget the capture verdict is not modelled. Two GPUs are left out: two GeForce cards
-# without P2P start with far less room beside the budget (the in-sample vllm#28228, 2x RTX 3090
-# at 0.95 with NCCL in the graphs, about 1.2 GiB left), and the graph-capture failures that
-# raised the question were at TP 4 and TP 8.
-GRAPH_CAPTURE_UPPER_BOUND_BYTES = 3 * GIB
+# Where the custom all-reduce is off at TP > 1 (PCIe beyond two GPUs, no GPU P2P), the
+# all-reduces captured in the graphs go through NCCL (distributed/parallel_state.py:
+# GroupCoordinator.graph_capture: only the custom all-reduce gets a capture context of its own),
+# and what NCCL allocates for captured collectives is NCCL's, not in vLLM's source. kvwise's
+# graph figure is fitted at TP1 and on NVSwitch H100s (custom all-reduce on), so at TP >= 4
+# without the custom all-reduce the capture verdict is not modelled, however much room is left:
+# V0's own message (worker/model_runner.py:ModelRunner.capture_model, 0.4.0-0.6.3: "CUDA graphs
+# can take additional 1~3 GiB memory per GPU") is no bound there. Qwen3-30B-A3B at TP 4 on four
+# A10s (QwenLM/Qwen3#1387, out-of-sample a-c) had about 6 GiB beside a 0.7 budget and died after
+# capture holding 6.1 GiB outside PyTorch (21.94 GiB in use, 15.84 GiB PyTorch's), its CUDA-graph
+# pools 36 MiB: the sampler warm-up's [256, vocab] fp32 tensor (150 MiB) no longer fitted.
+# Two GPUs are left out: two GeForce cards without P2P start with far less room beside the budget
+# (the in-sample vllm#28228, 2x RTX 3090 at 0.95 with NCCL in the graphs, about 1.2 GiB left).
 NCCL_GRAPH_MIN_TP = 4
 
 
 def nccl_graph_capture_not_modelled(
     gpu: GpuSpec, resolved: ResolvedFlags, graphs_excess: int, room: int
 ) -> str | None:
-    """'not modelled: …' when the capture verdict hangs on NCCL's memory in the graphs."""
+    """'not modelled: …' when the capture verdict (and the warm-up after it) hangs on NCCL's
+    memory in the graphs."""
     tp = resolved.tensor_parallel_size
     if resolved.enforce_eager or tp < NCCL_GRAPH_MIN_TP or custom_all_reduce_bytes(gpu, tp) > 0:
         return None
-    if graphs_excess > room or room >= GRAPH_CAPTURE_UPPER_BOUND_BYTES:
-        return None  # out of memory with the graphs alone, or room for vLLM's own upper bound
+    if graphs_excess > room:
+        return None  # out of memory with the graphs alone
     return (
         f"not modelled: CUDA-graph capture at TP {tp} without the custom all-reduce (NCCL's "
-        f"memory for the all-reduces captured in the graphs); {room / GIB:.2f} GiB is left "
-        "beside the budget, below the 3 GiB per GPU vLLM itself says graphs can take"
+        f"memory for the all-reduces captured in the graphs, which vLLM does not bound: it can "
+        f"exceed the 1~3 GiB per GPU vLLM's V0 names) and the sampler warm-up after it; "
+        f"{room / GIB:.2f} GiB is left beside the budget"
     )
 
 
@@ -412,8 +435,10 @@ def _v2_warmup_bytes(
     if not any(t.startswith("flashinfer_") for t in tensors) and rows >= TRITON_TOPK_MIN_ROWS:
         # apply_top_k_top_p_triton's per-program buffer, first allocated here and kept
         triton_rows = min(1 << (min(rows, ASSUMED_NUM_SMS) - 1).bit_length(), ASSUMED_NUM_SMS)
-    # every tensor alive at the warm-up sampler's peak (see V2_SAMPLER_TENSOR_BYTES)
-    return int(per_logit * rows * model.vocab_size + 4 * triton_rows * model.vocab_size)
+    # every tensor alive at the warm-up sampler's peak (see V2_SAMPLER_TENSOR_BYTES), or the
+    # logits' all-gather before it at TP > 1 if that is larger
+    peak_per_logit = max(per_logit, logits_gather_bytes_per_logit(resolved))
+    return int(peak_per_logit * rows * model.vocab_size + 4 * triton_rows * model.vocab_size)
 
 
 def warmup_bytes(

@@ -172,6 +172,8 @@ def _startup_error(
         return errors_text.insufficient_free(gpu, free, budget, resolved)
     if parts.weights > free:
         return errors_text.weights_exceed(parts.weights, free, resolved)
+    if parts.weights + parts.activation > free:
+        return errors_text.profile_run_oom(parts.weights, parts.activation, free)
     if available - layout.bytes_per_block <= 0 or kv.num_gpu_blocks <= 1:
         return errors_text.no_kv_cache(rules)
     needed = kv.blocks_per_request * layout.bytes_per_block

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvwise.core.gpus import GIB
+from kvwise.errors import KvwiseError
 from kvwise.planner.defaults import default_flags
 from kvwise.planner.result import Plan, ResolvedFlags
 
@@ -139,14 +140,20 @@ def render(plan: Plan, console: Console) -> None:
     elif plan.error is None:
         console.print("[bold green]vLLM starts.[/]")
     else:
-        console.print(f"[bold red]vLLM refuses to start ({plan.error.kind}):[/]")
+        stage = plan.error.stage.replace("_", " ")
+        console.print(f"[bold red]vLLM fails at start-up, stage {stage} ({plan.error.kind}):[/]")
         console.print(plan.error.message, markup=False, highlight=False)
     console.print(f"Host RAM needed: about {plan.host_ram_bytes / GIB:.1f} GiB")
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     for part in plan.not_modelled:
         console.print(f"[magenta]not modelled:[/] {part}", highlight=False)
-    defaults = default_flags(plan.model, plan.gpu, plan.vllm_version)
+    try:
+        defaults: ResolvedFlags | None = default_flags(plan.model, plan.gpu, plan.vllm_version)
+    except KvwiseError:
+        # vLLM itself refuses its defaults here (a bf16 checkpoint on a card without bf16): the
+        # command then names every flag
+        defaults = None
     command = vllm_command(plan.model.model_id, plan.flags, defaults)
     # one line however narrow the terminal: a wrapped command would not paste whole
     console.print(f"\n{command}", markup=False, highlight=False, soft_wrap=True)

@@ -15,6 +15,7 @@ INSUFFICIENT_FREE_MEMORY = "insufficient_free_memory_at_startup"
 WEIGHTS_EXCEED_MEMORY = "weights_exceed_memory"
 CUDA_OOM_SAMPLER_WARMUP = "cuda_oom_sampler_warmup"
 CUDA_OOM_CUDA_GRAPH_CAPTURE = "cuda_oom_cuda_graph_capture"
+CUDA_OOM_PROFILE_RUN = "cuda_oom_profile_run"  # the dummy forward pass that measures activations
 HOST_RAM = "host_ram"
 
 
@@ -74,10 +75,36 @@ class KvCapacity:
     blocks_per_request: int  # blocks one max_model_len request needs (all KV groups)
 
 
+# The start-up stage each failure happens at, in vLLM's order (both engines: free-memory check
+# (V1 0.9.1+), load weights, profile run, size and allocate the KV cache, capture CUDA graphs,
+# V1's sampler warm-up); the names are `kvwise doctor`'s stages (doctor/kinds.py).
+STAGE_STARTUP_CHECK = "startup_free_memory_check"
+STAGE_WEIGHTS = "weights"
+STAGE_PROFILE_RUN = "profile_run"
+STAGE_KV_CACHE_ALLOCATION = "kv_cache_allocation"
+STAGE_CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
+STAGE_SAMPLER_WARMUP = "sampler_warmup"
+STAGE_OF_KIND = {
+    INSUFFICIENT_FREE_MEMORY: STAGE_STARTUP_CHECK,
+    WEIGHTS_EXCEED_MEMORY: STAGE_WEIGHTS,
+    HOST_RAM: STAGE_WEIGHTS,  # the host runs out while the weights are read and loaded
+    CUDA_OOM_PROFILE_RUN: STAGE_PROFILE_RUN,
+    NO_KV_CACHE_MEMORY: STAGE_KV_CACHE_ALLOCATION,
+    MAX_MODEL_LEN_EXCEEDS_KV_CACHE: STAGE_KV_CACHE_ALLOCATION,
+    CUDA_OOM_CUDA_GRAPH_CAPTURE: STAGE_CUDA_GRAPH_CAPTURE,
+    CUDA_OOM_SAMPLER_WARMUP: STAGE_SAMPLER_WARMUP,
+}
+
+
 @dataclass(frozen=True)
 class PlanError:
     kind: str
     message: str  # in vLLM's own words where vLLM raises it
+    stage: str = ""  # the start-up stage that fails; "" takes the kind's (STAGE_OF_KIND)
+
+    def __post_init__(self) -> None:
+        if not self.stage:
+            object.__setattr__(self, "stage", STAGE_OF_KIND[self.kind])
 
 
 @dataclass(frozen=True)
