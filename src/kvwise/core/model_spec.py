@@ -183,10 +183,6 @@ class ModelSpec:
         return self.num_attention_heads * self.head_dim
 
     @property
-    def kv_size(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
