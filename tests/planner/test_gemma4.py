@@ -152,3 +152,41 @@ def test_sglang_refuses_gemma4_naming_the_mixed_head_shapes(
     assert "not modelled: SGLang's KV pool for attention layers of different head shapes" in (
         capsys.readouterr().err
     )
+
+
+def _dense_31b_shapes() -> dict[str, Any]:
+    """The dense gemma-4 layout: the published 26B-A4B config with its experts removed and the
+    31B's text shapes (hidden 5376, 60 layers, 32 heads, 16 KV heads on sliding layers, 4 on
+    full ones, intermediate 21504) as public Gemma 4 loaders quote them; no published 31B
+    config.json is in tests/data/hub_cache, so this checks the dense code path, not a checkpoint."""
+    cfg = copy.deepcopy(_config())
+    text = cfg["text_config"]
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        text[key] = None
+    pattern = ["sliding_attention"] * 5 + ["full_attention"]
+    text |= {
+        "enable_moe_block": False,
+        "hidden_size": 5376,
+        "num_hidden_layers": 60,
+        "intermediate_size": 21504,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "num_global_key_value_heads": 4,
+        "layer_types": pattern * 10,
+    }
+    return cfg
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_dense_gemma4_plans_with_its_own_kv_heads(tp: int) -> None:
+    cfg = _dense_31b_shapes()
+    model = spec_from_config(cfg, "gemma-4-dense")
+    assert model.moe is None
+    result = plan(
+        model,
+        find_gpu("h100"),
+        VllmFlags(tensor_parallel_size=tp, max_model_len=32768),
+        vllm_version="0.28.0",
+    )
+    # at TP 8 the full layers' 4 KV heads are replicated to one per rank
+    assert result.kv.bytes_per_token == _kv_bytes_per_token(cfg, tp)

@@ -7,7 +7,10 @@ has no gemma4 module) and at v0.32.0:
   (`Gemma4Attention.__init__`: `per_layer_sliding_window` only on sliding layers).
 - Full-attention layers have their own head size `global_head_dim` and, when
   `attention_k_eq_v` is set, `num_global_key_value_heads` KV heads (0.19.0
-  `Gemma4DecoderLayer.__init__`; 0.32.0 through transformers' `per_layer_config`, the same rule).
+  `Gemma4DecoderLayer.__init__`; 0.28.0 `transformers_utils/configs/gemma4.py:gemma4_layer_config`;
+  0.32.0 through transformers' `per_layer_config`, the same rule). A config without
+  `global_head_dim` is read as vLLM 0.19-0.28 read it (the sliding head_dim); transformers 5.15+
+  would default it to 512 instead (no published config omits it).
   Their QKVParallelLinear still has a V slice (K is loaded into it), and the KV cache still holds
   K and V, so a full layer's page is 2 x heads x global_head_dim.
 - Every layer has the dense gated MLP (`intermediate_size`); with experts (0.19.0
