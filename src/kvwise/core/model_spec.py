@@ -131,6 +131,13 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()  # a layer kind per layer; empty means all FULL
     sliding_window: int | None = None
     partial_rotary_factor: float = 1.0  # share of head_dim that rotary embeddings cover
+    # Gemma 4: full-attention layers with their own head size and KV heads (global_head_dim,
+    # num_global_key_value_heads); None: every attention layer has head_dim / num_kv_heads
+    full_head_dim: int | None = None
+    full_num_kv_heads: int | None = None
+    # widths of the distinct rotary cos/sin caches vLLM builds (get_rope caches one per
+    # parameter set); empty: one cache of head_dim x partial_rotary_factor
+    rotary_cache_dims: tuple[int, ...] = ()
     rope_scaling: RopeScaling | None = None  # the text config's rope_scaling, as written
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
@@ -159,13 +166,21 @@ class ModelSpec:
     def is_hybrid(self) -> bool:
         return len(set(self.attention_layer_types)) > 1
 
+    def head_dim_of(self, kind: str) -> int:
+        """Head size of an attention layer of this kind (Gemma 4: full layers differ)."""
+        if kind == FULL and self.full_head_dim is not None:
+            return self.full_head_dim
+        return self.head_dim
+
+    def kv_heads_of(self, kind: str) -> int:
+        """KV heads of an attention layer of this kind (Gemma 4: full layers differ)."""
+        if kind == FULL and self.full_num_kv_heads is not None:
+            return self.full_num_kv_heads
+        return self.num_kv_heads
+
     @property
     def q_size(self) -> int:
         return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        return self.num_kv_heads * self.head_dim
 
     @property
     def dtype_bytes(self) -> int:

@@ -26,6 +26,7 @@ from kvwise.core.model_spec import (
     VisionSpec,
 )
 from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral, qwen2
+from kvwise.core.models_gemma4 import gemma4
 from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
 from kvwise.core.models_moe import MOE_ARCHITECTURES
 from kvwise.core.quant import parse_quantization
@@ -58,6 +59,8 @@ ARCHITECTURES: dict[str, Reader] = (
     | {
         # multimodal: the text model's reader; the tower is counted from `vision_config`
         "Gemma3ForConditionalGeneration": gemma3,
+        "Gemma4ForConditionalGeneration": gemma4,
+        "Gemma4ForCausalLM": gemma4,
         "Mistral3ForConditionalGeneration": mistral,
         "MiniCPMV": minicpmv,
         # Qwen2.5-VL: Qwen2's decoder on the top-level config (M-RoPE holds no extra memory)
@@ -94,6 +97,8 @@ MODEL_TYPES = {
     "gemma2": "Gemma2ForCausalLM",
     "gemma3": "Gemma3ForConditionalGeneration",
     "gemma3_text": "Gemma3ForCausalLM",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "gemma4_text": "Gemma4ForCausalLM",
     "internlm2": "InternLM2ForCausalLM",
     "chatglm": "ChatGLMModel",
     "baichuan": "BaichuanForCausalLM",

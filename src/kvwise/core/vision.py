@@ -139,14 +139,46 @@ def qwen3_vl_vision(config: dict[str, Any], text_hidden: int) -> int:
     return tower + deepstack * _qwen3_vl_merger(hidden, merge, out, post_shuffle=True)
 
 
+def gemma4_vision(config: dict[str, Any], text_hidden: int) -> int:
+    """Gemma 4's tower, built by transformers (vLLM 0.19.0-0.32.0 gemma4_mm.py:
+    `Gemma4ForConditionalGeneration.__init__`, `AutoModel.from_config(vision_config)`;
+    transformers 5.19.0 modeling_gemma4.py `Gemma4VisionModel`): the patch embedder (a linear
+    3 x patch^2 -> hidden without bias, a position table 2 x position_embedding_size x hidden),
+    per layer q/k/v/o without biases (num_key_value_heads x head_dim for k and v), q_norm and
+    k_norm of head_dim (v_norm has no weight), 4 RMSNorms, a gated MLP (gate, up, down); then
+    vLLM's `Gemma4MultimodalEmbedder`, one hidden -> text hidden ReplicatedLinear without bias
+    (its RMSNorm has no weight). Clipped linears (`use_clipped_linears`) add 4 scalar buffers
+    each, which are not counted."""
+    vision = config["vision_config"]
+    hidden = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    heads = int(vision["num_attention_heads"])
+    head_dim = int(vision.get("head_dim") or hidden // heads)
+    kv_heads = int(vision.get("num_key_value_heads") or heads)
+    patch = int(vision["patch_size"])
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + 2 * head_dim
+    per_layer = attention + 4 * hidden + 3 * hidden * inter
+    embedder = 3 * patch * patch * hidden + 2 * int(vision["position_embedding_size"]) * hidden
+    tower = int(vision["num_hidden_layers"]) * per_layer + embedder
+    return tower + hidden * text_hidden
+
+
+def gemma4_buffers(config: dict[str, Any], text_hidden: int) -> int:
+    # Gemma4VisionModel: std_bias and std_scale (hidden each) when `standardize` is set
+    vision = config["vision_config"]
+    return 2 * int(vision["hidden_size"]) if vision.get("standardize") else 0
+
+
 # architecture -> elements of buffers the tower holds besides its parameters
 VISION_BUFFERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "MiniCPMV": minicpmv_buffers,
+    "Gemma4ForConditionalGeneration": gemma4_buffers,
 }
 
 # architecture -> parameters of its vision tower and projector
 VISION_TOWERS: dict[str, Callable[[dict[str, Any], int], int]] = {
     "Gemma3ForConditionalGeneration": gemma3_vision,
+    "Gemma4ForConditionalGeneration": gemma4_vision,
     "Mistral3ForConditionalGeneration": mistral3_vision,
     "Llama4ForConditionalGeneration": _llama4,
     "MiniCPMV": minicpmv_vision,

@@ -69,15 +69,20 @@ class _Layer:
         return _Layer(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
 
 
-def _attention(spec: ModelSpec) -> _Layer:
-    """One attention block: q, k, v, o projections (or MLA's), biases, q/k norms, sinks."""
+def _attention(spec: ModelSpec, kind: str) -> _Layer:
+    """One attention block: q, k, v, o projections (or MLA's), biases, q/k norms, sinks.
+
+    Gemma 4's full-attention layers have their own head size and KV heads (`head_dim_of`);
+    vLLM builds their QKVParallelLinear with a V slice even where the checkpoint has no v_proj
+    (`attention_k_eq_v`: K is loaded into both, gemma4.py `Gemma4Attention.__init__`)."""
     h = spec.hidden_size
     if spec.mla is not None:
         return _mla_attention(spec)
-    q, kv = spec.q_size, spec.kv_size
+    head_dim = spec.head_dim_of(kind)
+    q, kv = spec.num_attention_heads * head_dim, spec.kv_heads_of(kind) * head_dim
     replicated = h if spec.has_o_bias else 0  # o bias is added after the all-reduce
     if spec.has_qk_norm:
-        replicated += 2 * spec.head_dim  # RMSNorm weights on q and k, per head_dim
+        replicated += 2 * head_dim  # RMSNorm weights on q and k, per head_dim
     if spec.has_attention_sinks:
         replicated += spec.num_attention_heads  # one sink logit per head
     return _Layer(
@@ -148,7 +153,7 @@ def _layer(spec: ModelSpec, index: int) -> _Layer:
         assert spec.mamba is not None
         mixer = _Layer(linear=spec.mamba.params_per_layer)
     else:
-        mixer = _attention(spec)
+        mixer = _attention(spec, kind)
     return mixer + norms if spec.is_single_block_layers else mixer + _mlp(spec, index) + norms
 
 
@@ -214,10 +219,15 @@ def is_experts_only(quant: QuantSpec | None) -> bool:
 
 def _kv_replication_params(spec: ModelSpec, tp: int) -> int:
     """Extra k/v projection weights when TP exceeds the KV heads (each rank keeps a whole head)."""
-    if spec.mla is not None or spec.num_kv_heads >= tp:
+    if spec.mla is not None:
         return 0
-    layers = spec.num_attention_layers
-    return layers * 2 * spec.hidden_size * spec.head_dim * (tp - spec.num_kv_heads)
+    total = 0
+    for kind in spec.attention_layer_types:
+        heads = spec.kv_heads_of(kind)
+        if kind in (MAMBA, MLP) or heads >= tp:
+            continue
+        total += 2 * spec.hidden_size * spec.head_dim_of(kind) * (tp - heads)
+    return total
 
 
 def _expert_bytes_per_rank(
@@ -286,6 +296,8 @@ def runtime_dtype_bytes(spec: ModelSpec, dtype: str | None = None) -> int:
 def _rotary_dim(spec: ModelSpec) -> int:
     if spec.mla is not None:
         return spec.mla.qk_rope_head_dim
+    if spec.rotary_cache_dims:
+        return sum(spec.rotary_cache_dims)
     return int(spec.head_dim * spec.partial_rotary_factor)
 
 

@@ -33,6 +33,11 @@ LORA_VOCAB_PADDING_SIZE = 256  # LoRAConfig.lora_vocab_padding_size (0.4-0.11)
 
 def _linear_elements_per_rank(model: ModelSpec, tp: int) -> int:
     """Sum over a layer's LoRA-wrapped linears of (lora_a input + lora_b output) per unit rank."""
+    if model.full_head_dim is not None or model.full_num_kv_heads is not None:
+        raise UnsupportedModelError(
+            f"{model.model_id}: not modelled: LoRA slots on attention layers of different head "
+            "shapes (Gemma 4's full-attention layers)"
+        )
     hidden, inter = model.hidden_size, model.intermediate_size // tp
     q = model.q_size // tp
     kv = max(1, model.num_kv_heads // tp) * model.head_dim  # replicated below one head per rank

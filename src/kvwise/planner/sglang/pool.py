@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import ModelSpec
+from kvwise.errors import UnsupportedModelError
 from kvwise.planner import memory
 from kvwise.planner.sglang.releases import SglangRelease, tp_buffer_constants
 
@@ -30,6 +31,11 @@ def cell_bytes(model: ModelSpec, tp: int, kv_bytes: int) -> int:
     """KV bytes per token on one rank, as profile_max_num_token computes its cell_size."""
     if model.mla is not None:
         return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * model.num_layers * kv_bytes
+    if model.full_head_dim is not None or model.full_num_kv_heads is not None:
+        raise UnsupportedModelError(
+            f"{model.model_id}: not modelled: SGLang's KV pool for attention layers of different "
+            "head shapes (Gemma 4's full-attention layers; its SGLang code was not read)"
+        )
     heads = max(1, model.num_kv_heads // tp)
     return heads * model.head_dim * model.num_attention_layers * 2 * kv_bytes
 
