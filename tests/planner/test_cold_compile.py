@@ -20,7 +20,7 @@ import json
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.planner import Plan, plan
-from tests.planner.accuracy import DATA, record_gpu, _version, emulated_hub, record_flags
+from tests.planner.accuracy import DATA, _version, emulated_hub, record_flags, record_gpu
 
 # one L4, Qwen3-14B-AWQ, vLLM 0.28.0, the same flags: the blog's first arm, and its replica arm
 # run later with the same flags (the author: "by run, 9.10 GiB or 10.33 GiB")
