@@ -10,8 +10,13 @@ check which modules a real `kvwise plan` process ends with, not its timing.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+import pytest
+
+from kvwise.core.command_parser import CommandParser
 
 # the process plans through the CLI as a user's would, then reports the modules it ended with
 _PROBE = """
@@ -48,8 +53,9 @@ _OTHER_COMMANDS = (
     "kvwise.core.gpu_names",  # a catalog GPU key needs no driver-name index
     "kvwise.core.safetensors_meta",  # a catalog model has no local checkpoint to read
 )
-# third-party and standard-library packages a JSON plan has no use for
-_HEAVY = ("rich", "pydantic", "yaml", "numpy", "httpx", "starlette", "http.client", "ssl")
+# third-party and standard-library packages a JSON plan has no use for (shutil: argparse's
+# terminal width, which only help and usage text need; see core/command_parser.py)
+_HEAVY = ("rich", "pydantic", "yaml", "numpy", "httpx", "starlette", "http.client", "ssl", "shutil")
 
 
 def _plan(*args: str) -> tuple[dict, set[str]]:
@@ -101,3 +107,30 @@ def test_the_modules_left_out_are_loaded_for_the_models_and_flags_that_need_them
     assert any(line.startswith("vision tower") for line in result["warnings"])
     needed = ("kvwise.core.vision_qwen25", "kvwise.planner.vision_profile", "kvwise.planner.lora")
     assert _loaded(modules, needed) == sorted(needed)
+
+
+def _help(columns: int) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "kvwise.cli", "plan", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=os.environ | {"COLUMNS": str(columns)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_help_is_laid_out_at_the_terminal_width() -> None:
+    """Help still asks for the terminal's width when it prints (only argparse's metavar check
+    in add_argument gets a fixed one, to keep shutil out of a plan)."""
+    wide, narrow = _help(200), _help(60)
+    assert 120 < max(len(line) for line in wide) <= 198  # argparse leaves 2 columns
+    assert len(narrow) > len(_help(80)) > len(wide)
+
+
+def test_a_metavar_that_does_not_match_nargs_is_still_refused() -> None:
+    parser = CommandParser(prog="kvwise test")
+    with pytest.raises(ValueError, match="metavar"):
+        parser.add_argument("--pair", nargs=2, metavar=("A", "B", "C"))
