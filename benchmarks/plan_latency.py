@@ -12,8 +12,14 @@ config.json (written from kvwise's offline catalog into a scratch folder):
 - llmfit (a Rust binary) plans only models of its database; `LLMFIT_CUSTOM_MODELS` adds one
   entry built from the same config.json.
 The runs are interleaved (one of each tool in turn, the order rotating), so a busy machine
-slows all three alike. It prints each tool's median and worst wall time and kvwise's ratio to
-each peer's median; `--out` also writes them with the date, machine and command.
+slows all three alike. Every Python tool reads its modules' bytecode, as after a pip install
+(which byte-compiles what it installs): the untimed first run of each writes it into a scratch
+folder (PYTHONPYCACHEPREFIX), also where the environment says PYTHONDONTWRITEBYTECODE, which
+would otherwise leave kvwise's sources (a checkout, an editable install) compiled anew in every
+run while kvfit's installed bytecode is read. `--no-bytecode-cache` keeps the environment's
+setting, as every run before this option did. It prints each tool's median and
+worst wall time and kvwise's ratio to each peer's median; `--out` also writes them with the
+date, machine and command.
 """
 
 from __future__ import annotations
@@ -150,7 +156,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(runs: int, peers: Path) -> dict[str, list[tuple[float, float]]]:
+def measure(runs: int, peers: Path, bytecode_cache: bool) -> dict[str, list[tuple[float, float]]]:
     config = json.loads(CATALOG_ENTRY.read_text())["config"]
     with tempfile.TemporaryDirectory() as scratch, local_hub(config) as hub_url:
         model_dir = Path(scratch) / "qwen2.5-7b-instruct"
@@ -159,6 +165,9 @@ def measure(runs: int, peers: Path) -> dict[str, list[tuple[float, float]]]:
         custom = Path(scratch) / "llmfit_custom_models.json"
         custom.write_text(json.dumps([llmfit_entry(config)]))
         env = os.environ | {"LLMFIT_CUSTOM_MODELS": str(custom), "HOME": scratch}
+        if bytecode_cache:  # one bytecode folder for all: the untimed run below fills it
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
         tools = commands(model_dir, hub_url, peers)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
         names = list(tools)
@@ -170,10 +179,18 @@ def measure(runs: int, peers: Path) -> dict[str, list[tuple[float, float]]]:
     return times
 
 
-def report(times: dict[str, list[tuple[float, float]]], runs: int) -> list[str]:
+def report(
+    times: dict[str, list[tuple[float, float]]], runs: int, bytecode_cache: bool
+) -> list[str]:
     wall = {name: statistics.median(w for w, _ in t) for name, t in times.items()}
     cpu = {name: statistics.median(c for _, c in t) for name, t in times.items()}
     lines = [f"{runs} cold processes each, interleaved; medians (worst wall in brackets)"]
+    lines.append(
+        "bytecode: read from a cache each tool's first (untimed) run wrote"
+        if bytecode_cache
+        else f"bytecode: as the environment has it (PYTHONDONTWRITEBYTECODE="
+        f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r})"
+    )
     lines += [
         f"{name:7} wall {wall[name] * 1000:5.0f} ms ({max(w for w, _ in t) * 1000:5.0f})"
         f"   CPU {cpu[name] * 1000:5.0f} ms"
@@ -206,11 +223,17 @@ def main() -> int:
         "--peers", type=Path, default=REPO / ".venv-peers", help="kvfit/llmfit venv"
     )
     parser.add_argument("--out", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep the environment's PYTHONDONTWRITEBYTECODE (see the docstring)",
+    )
     args = parser.parse_args()
     if not (args.peers / "bin/llmfit").exists():
         print(f"no kvfit/llmfit in {args.peers}: see this script's docstring", file=sys.stderr)
         return 2
-    lines = report(measure(args.runs, args.peers), args.runs)
+    cache = not args.no_bytecode_cache
+    lines = report(measure(args.runs, args.peers, cache), args.runs, cache)
     print("\n".join(lines))
     if args.out:
         load = ", ".join(f"{v:.1f}" for v in os.getloadavg())

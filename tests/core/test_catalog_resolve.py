@@ -180,3 +180,19 @@ def test_hf_cache_lookup_ignores_case_as_the_hub_does(hf_cache: Path) -> None:
 def test_a_name_that_cannot_be_a_path_is_an_unknown_model_not_a_crash(name: str) -> None:
     with pytest.raises(UnknownModelError):
         load_model(name)
+
+
+def test_an_exact_catalog_id_resolves_to_the_entry_the_whole_catalog_gives() -> None:
+    """load_model reads `org/name`'s own catalog file instead of all of them: for every id the
+    catalog lists, that file gives the same entry (fill-ins applied), or none where the whole
+    catalog must decide (a derived variant, which the hub is asked for first)."""
+    from kvwise.core import catalog
+
+    entries = catalog._entries()
+    assert len(entries) > 90  # the 75 verbatim copies and the derived variants
+    for key, entry in entries.items():
+        own_file = catalog._verbatim_copy(entry.model_id)
+        assert own_file == (None if entry.is_derived else entry), key
+        assert catalog._verbatim_copy(entry.model_id.upper()) is None  # other spellings: search
+        if not entry.is_derived:
+            assert load_model(entry.model_id) == entry.spec()

@@ -271,3 +271,23 @@ def test_granite_plans_like_llama_with_its_published_size() -> None:
     assert (spec.num_layers, spec.num_kv_heads, spec.tie_word_embeddings) == (40, 8, True)
     assert abs(count_params(spec) / 1e9 - 8.17) / 8.17 < 0.005
     assert abs(count_params(spec) * 2 / 2**30 - 15.25) < 0.05
+
+
+def test_each_architecture_has_one_reader_whichever_table_is_imported_first() -> None:
+    """models.py answers dense and multimodal architectures without importing the MoE and
+    hybrid tables: that gives every model the reader of the full table only while no
+    architecture is in two tables, nor both read and refused as not modelled."""
+    from kvwise.core import models
+    from kvwise.core.models_dense import DENSE_ARCHITECTURES
+    from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
+    from kvwise.core.models_moe import MOE_ARCHITECTURES
+
+    tables = (
+        DENSE_ARCHITECTURES,
+        models.MULTIMODAL_ARCHITECTURES,
+        MOE_ARCHITECTURES,
+        HYBRID_ARCHITECTURES,
+    )
+    names = [name for table in tables for name in table]
+    assert len(names) == len(set(names)) == len(models.architectures())
+    assert not set(names) & set(NOT_MODELLED_ARCHITECTURES)

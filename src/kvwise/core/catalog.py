@@ -35,32 +35,46 @@ class CatalogEntry:
         )
 
 
+def _read_entry(item: Path) -> CatalogEntry:
+    raw = json.loads(item.read_text())
+    return CatalogEntry(
+        model_id=raw["id"],
+        config=raw["config"],
+        sources=tuple(raw.get("sources") or ()),
+        published_params=raw.get("published_params"),
+        notes=raw.get("notes", ""),
+    )
+
+
+def _filled(entry: CatalogEntry, fill: dict[str, Any]) -> CatalogEntry:
+    # the copied keys win; fill only what the partial copy lacks
+    config = fill["keys"] | entry.config
+    return CatalogEntry(
+        entry.model_id,
+        config,
+        entry.sources,
+        entry.published_params,
+        f"{fill['note']}. {entry.notes}",
+    )
+
+
+@cache
+def _extra() -> dict[str, Any]:
+    extra: dict[str, Any] = read_json("catalog_extra.json")
+    return extra
+
+
 @cache
 def _entries() -> dict[str, CatalogEntry]:
     entries: dict[str, CatalogEntry] = {}
     for item in (DATA_DIR / "models").iterdir():
         if not item.name.endswith(".json"):
             continue
-        raw = json.loads(item.read_text())
-        entries[raw["id"].lower()] = CatalogEntry(
-            model_id=raw["id"],
-            config=raw["config"],
-            sources=tuple(raw.get("sources") or ()),
-            published_params=raw.get("published_params"),
-            notes=raw.get("notes", ""),
-        )
-    extra = read_json("catalog_extra.json")
+        entry = _read_entry(item)
+        entries[entry.model_id.lower()] = entry
+    extra = _extra()
     for model_id, fill in extra["fill"].items():
-        entry = entries[model_id.lower()]
-        # the copied keys win; fill only what the partial copy lacks
-        config = fill["keys"] | entry.config
-        entries[model_id.lower()] = CatalogEntry(
-            entry.model_id,
-            config,
-            entry.sources,
-            entry.published_params,
-            f"{fill['note']}. {entry.notes}",
-        )
+        entries[model_id.lower()] = _filled(entries[model_id.lower()], fill)
     for derived in extra["derived"]:
         base = entries[derived["base"].lower()]
         entries[derived["id"].lower()] = CatalogEntry(
@@ -115,6 +129,26 @@ def _from_hf_cache(name: str) -> ModelSpec | None:
     return _with_checkpoint_bytes(spec, snapshot)
 
 
+def _verbatim_copy(name: str) -> CatalogEntry | None:
+    """The catalog's verbatim copy of `org/name`'s config.json, read from its own file
+    (`data/models/org--name.json`, the name of every catalog file) instead of with the whole
+    catalog: the entry `_find_in_catalog` gives for that id. None for anything else (another
+    spelling, no such file, an id a derived variant takes), which the whole catalog decides."""
+    if name.count("/") != 1:
+        return None
+    item = DATA_DIR / "models" / f"{name.replace('/', '--')}.json"
+    if not item.is_file():
+        return None
+    entry = _read_entry(item)
+    extra = _extra()
+    if entry.model_id != name or any(d["id"].lower() == name.lower() for d in extra["derived"]):
+        return None
+    for model_id, fill in extra["fill"].items():
+        if model_id.lower() == name.lower():
+            entry = _filled(entry, fill)
+    return entry
+
+
 def _find_in_catalog(name: str) -> CatalogEntry | None:
     entries = _entries()
     key = name.lower().strip()
@@ -167,8 +201,12 @@ def load_model(name: str) -> ModelSpec:
     spec = _from_hf_cache(name)
     if spec is not None:
         return spec
+    # A verbatim copy is what the hub would send: no round trip (cold start stays offline), and
+    # no need to read the other catalog files either
+    verbatim = _verbatim_copy(name)
+    if verbatim is not None:
+        return verbatim.spec()
     entry = _find_in_catalog(name)
-    # A verbatim copy is what the hub would send: no round trip (cold start stays offline)
     if entry is not None and not entry.is_derived and entry.model_id.lower() == name.lower():
         return entry.spec()
     hub_miss = "not an org/name id, the hub was not asked"

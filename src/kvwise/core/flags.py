@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -233,6 +232,8 @@ class ParsedCommand:
 
 def parse_vllm_command(argv: list[str] | str) -> ParsedCommand:
     """Read `vllm serve MODEL --flags`, `python -m vllm.entrypoints.openai.api_server --model M ...`."""
+    import shlex  # a pasted command's only: not imported by every plan
+
     tokens = shlex.split(argv) if isinstance(argv, str) else list(argv)
     tokens = [t for t in tokens if t not in ("\\", "")]
     while tokens and (

@@ -8,6 +8,7 @@ approximated with a formula that might be silently wrong.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from kvwise.core.config_fields import get as _get
@@ -26,12 +27,7 @@ from kvwise.core.model_spec import (
     VisionSpec,
 )
 from kvwise.core.models_dense import DENSE_ARCHITECTURES, Reader, gemma3, minicpmv, mistral, qwen2
-from kvwise.core.models_gemma4 import gemma4
-from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
-from kvwise.core.models_moe import MOE_ARCHITECTURES
 from kvwise.core.quant import parse_quantization
-from kvwise.core.vision import VISION_BUFFERS, VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
-from kvwise.core.vision_qwen25 import qwen2_5_vl_encoder, qwen2_5_vl_sharded, qwen2_5_vl_vision
 from kvwise.errors import DataError, UnsupportedModelError
 
 __all__ = [
@@ -51,32 +47,41 @@ __all__ = [
 ]
 
 
-# HF `architectures[0]` -> how to read its config. vLLM's class names, which users also see.
-ARCHITECTURES: dict[str, Reader] = (
-    DENSE_ARCHITECTURES
-    | MOE_ARCHITECTURES
-    | HYBRID_ARCHITECTURES
-    | {
-        # multimodal: the text model's reader; the tower is counted from `vision_config`
-        "Gemma3ForConditionalGeneration": gemma3,
+# multimodal: the text model's reader; the tower is counted from `vision_config` (`_vision`)
+MULTIMODAL_ARCHITECTURES: dict[str, Reader] = {
+    "Gemma3ForConditionalGeneration": gemma3,
+    "Mistral3ForConditionalGeneration": mistral,
+    "MiniCPMV": minicpmv,
+    # Qwen2.5-VL: Qwen2's decoder on the top-level config (M-RoPE holds no extra memory)
+    "Qwen2_5_VLForConditionalGeneration": qwen2,
+}
+# Dense and multimodal readers are here; the MoE and hybrid ones (`models_moe.py`,
+# `models_hybrid.py`) and the vision towers are imported for a model that needs them, so that
+# `kvwise plan` of a dense text model does not load them. Each architecture is in one table only
+# (tests/core/test_models.py), so the order of the look-up changes no reader.
+_COMMON_ARCHITECTURES = DENSE_ARCHITECTURES | MULTIMODAL_ARCHITECTURES
+
+
+@cache
+def architectures() -> dict[str, Reader]:
+    """HF `architectures[0]` -> how to read its config. vLLM's class names, which users also see."""
+    from kvwise.core.models_gemma4 import gemma4
+    from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES
+    from kvwise.core.models_moe import MOE_ARCHITECTURES
+
+    # Gemma 4: its own reader (per-layer head shapes, MoE); the tower is counted from `vision_config`
+    gemma4_architectures: dict[str, Reader] = {
         "Gemma4ForConditionalGeneration": gemma4,
         "Gemma4ForCausalLM": gemma4,
-        "Mistral3ForConditionalGeneration": mistral,
-        "MiniCPMV": minicpmv,
-        # Qwen2.5-VL: Qwen2's decoder on the top-level config (M-RoPE holds no extra memory)
-        "Qwen2_5_VLForConditionalGeneration": qwen2,
     }
-)
+    return (
+        DENSE_ARCHITECTURES
+        | MOE_ARCHITECTURES
+        | HYBRID_ARCHITECTURES
+        | MULTIMODAL_ARCHITECTURES
+        | gemma4_architectures
+    )
 
-# multimodal architectures whose encoder profile `planner/vision_profile.py` models: the tower's
-# parameters, those of them split across TP ranks, and the encoder's shape
-MODELLED_ENCODERS = {
-    "Qwen2_5_VLForConditionalGeneration": (
-        qwen2_5_vl_vision,
-        qwen2_5_vl_sharded,
-        qwen2_5_vl_encoder,
-    ),
-}
 
 # model_type -> architecture, for configs that omit `architectures`
 MODEL_TYPES = {
@@ -117,16 +122,22 @@ def architecture_of(config: dict[str, Any]) -> str:
 
 
 def _reader(arch: str, model_id: str) -> Reader:
+    common = _COMMON_ARCHITECTURES.get(arch)
+    if common is not None:
+        return common
+    from kvwise.core.models_hybrid import NOT_MODELLED_ARCHITECTURES
+
     if arch in NOT_MODELLED_ARCHITECTURES:
         raise UnsupportedModelError(
             f"{model_id}: architecture {arch}: not modelled: {NOT_MODELLED_ARCHITECTURES[arch]}"
         )
-    if arch not in ARCHITECTURES:
-        known = ", ".join(sorted(ARCHITECTURES))
+    readers = architectures()
+    if arch not in readers:
+        known = ", ".join(sorted(readers))
         raise UnsupportedModelError(
             f"{model_id}: architecture {arch} is not modelled by kvwise (modelled: {known})"
         )
-    return ARCHITECTURES[arch]
+    return readers[arch]
 
 
 def _dtype(config: dict[str, Any], text: dict[str, Any], model_id: str) -> str:
@@ -167,20 +178,9 @@ def spec_from_config(
     except UnsupportedModelError as exc:  # a variant of a modelled architecture that is not
         raise UnsupportedModelError(f"{model_id}: {exc}") from exc
     vision, not_modelled = None, tuple(fields.pop("not_modelled", ()))
-    if "vision_config" in config and arch in VISION_TOWERS:
-        buffers = VISION_BUFFERS.get(arch, lambda _config, _hidden: 0)
-        vision = VisionSpec(
-            num_params=VISION_TOWERS[arch](config, fields["hidden_size"]),
-            num_buffer_elements=buffers(config, fields["hidden_size"]),
-        )
-        not_modelled += (VISION_PROFILING_NOT_MODELLED,)
-    elif "vision_config" in config and arch in MODELLED_ENCODERS:
-        params, sharded, encoder = MODELLED_ENCODERS[arch]
-        vision = VisionSpec(
-            num_params=params(config, fields["hidden_size"]),
-            tp_sharded_params=sharded(config, fields["hidden_size"]),
-            encoder=encoder(config),
-        )
+    if "vision_config" in config:
+        vision, tower_not_modelled = _vision(config, arch, fields["hidden_size"])
+        not_modelled += tower_not_modelled
     if "quant" not in fields:
         fields["quant"] = parse_quantization(config.get("quantization_config"), model_id)
     fields.setdefault("rope_scaling", _rope_scaling(text))
@@ -194,3 +194,42 @@ def spec_from_config(
         source=source,
         **fields,
     )
+
+
+def _vision(
+    config: dict[str, Any], arch: str, text_hidden: int
+) -> tuple[VisionSpec | None, tuple[str, ...]]:
+    """The vision tower of a checkpoint with a `vision_config` (None: not one kvwise counts),
+    and what of its memory is not modelled. Its modules are imported only for such a model."""
+    from kvwise.core.vision import VISION_BUFFERS, VISION_PROFILING_NOT_MODELLED, VISION_TOWERS
+    from kvwise.core.vision_qwen25 import (
+        qwen2_5_vl_encoder,
+        qwen2_5_vl_sharded,
+        qwen2_5_vl_vision,
+    )
+
+    # multimodal architectures whose encoder profile `planner/vision_profile.py` models: the
+    # tower's parameters, those of them split across TP ranks, and the encoder's shape
+    modelled_encoders = {
+        "Qwen2_5_VLForConditionalGeneration": (
+            qwen2_5_vl_vision,
+            qwen2_5_vl_sharded,
+            qwen2_5_vl_encoder,
+        ),
+    }
+    if arch in VISION_TOWERS:
+        buffers = VISION_BUFFERS.get(arch, lambda _config, _hidden: 0)
+        vision = VisionSpec(
+            num_params=VISION_TOWERS[arch](config, text_hidden),
+            num_buffer_elements=buffers(config, text_hidden),
+        )
+        return vision, (VISION_PROFILING_NOT_MODELLED,)
+    if arch in modelled_encoders:
+        params, sharded, encoder = modelled_encoders[arch]
+        vision = VisionSpec(
+            num_params=params(config, text_hidden),
+            tp_sharded_params=sharded(config, text_hidden),
+            encoder=encoder(config),
+        )
+        return vision, ()
+    return None, ()

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from kvwise.core.models import FULL, MAMBA, MLP, SLIDING, ModelSpec
 from kvwise.errors import UnsupportedModelError
-from kvwise.planner.kv_mamba import mamba_block_size
 
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "bfloat16": 2, "float16": 2, "float32": 4}
 # vLLM < 0.7.1 DeepseekV2Attention: Attention(num_local_heads, 256, ...), q/k/v padded to 256
@@ -135,6 +134,8 @@ def kv_layout(
     per_token = attention_page_bytes_per_token(model, tp, dtype_bytes)
     page = block_size * per_token
     if model.mamba is not None:
+        from kvwise.planner.kv_mamba import mamba_block_size  # for such models only
+
         block_size = mamba_block_size(model, tp, per_token, block_size)
         page = block_size * per_token  # the mamba state is padded to this page
     counts = _group_layers(types)

@@ -14,9 +14,7 @@ from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
 from kvwise.core.weights import weight_bytes_per_rank
 from kvwise.planner.defaults import VersionRules, quant_for
-from kvwise.planner.moe_memory import moe_profile_bytes
 from kvwise.planner.result import ResolvedFlags
-from kvwise.planner.vision_profile import encoder_profile, mrope_cache_factor
 
 # --- activation peak of the profile run -------------------------------------------------------
 # V1 (0.8+): least-squares fit on the vLLM 0.19 H100 sweep (llm-d-planner PR #205 logs: Qwen2.5-7B
@@ -153,6 +151,29 @@ ASSUMED_NUM_SMS = 128
 LOGITS_GATHER_FULL_COPIES = 2
 
 
+# M-RoPE models whose cos/sin cache vLLM sizes at 4 x max_position_embeddings
+# (model_executor/layers/rotary_embedding.py, 0.11+ rotary_embedding/mrope.py: MRotaryEmbedding
+# `cache_max_position_num`, read at 0.8.5, 0.9.0.1, 0.10.1, 0.11.0, 0.14.0, 0.19.0, 0.27.1, 0.30.0)
+MROPE_ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration",)
+
+
+def mrope_cache_factor(model: ModelSpec) -> int:
+    return 4 if model.architecture in MROPE_ARCHITECTURES else 1
+
+
+def _moe_profile_bytes(
+    model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
+) -> tuple[float, float]:
+    """(persistent, transient) bytes of the fused-MoE layer in the profile run
+    (planner/moe_memory.py, imported for MoE models only: a dense model has none)."""
+    if model.moe is None:
+        return 0.0, 0.0
+    from kvwise.planner.moe_memory import moe_profile_bytes
+
+    moe = moe_profile_bytes(model, gpu, resolved, rules)
+    return moe.persistent, moe.transient
+
+
 def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
     return DTYPE_BYTES[resolved.dtype]
 
@@ -195,7 +216,7 @@ def activation_bytes(
 ) -> int:
     """Transient peak of the profile run above what stays allocated ("torch peak increase")."""
     dtype_bytes = runtime_dtype_bytes(resolved)
-    moe = moe_profile_bytes(model, gpu, resolved, rules)
+    moe_persistent, moe_transient = _moe_profile_bytes(model, gpu, resolved, rules)
     tokens = resolved.max_num_batched_tokens
     logits = _sampler_rows(resolved) * model.vocab_size
     if rules.engine == "V0":
@@ -203,7 +224,7 @@ def activation_bytes(
         mlp_in = (2 if model.gated_mlp else 1) * inter  # gate_up (or up) projection output
         forward = tokens * (mlp_in + inter + 3 * model.hidden_size) * dtype_bytes
         sampler = 0.0 if resolved.enable_chunked_prefill else rules.sampler_bytes_per_logit * logits
-        return int(max(forward, sampler, moe.transient) + moe.persistent)
+        return int(max(forward, sampler, moe_transient) + moe_persistent)
     hidden = V1_HIDDEN_BYTES_PER_DTYPE_BYTE * dtype_bytes * tokens * model.hidden_size
     if uses_v2_runner(model, rules):
         sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
@@ -211,14 +232,16 @@ def activation_bytes(
         sampler = rules.sampler_bytes_per_logit * logits
     # the logits stage: the all-gather at TP > 1, then the sampler on the gathered logits
     sampler = max(sampler, logits_gather_bytes_per_logit(resolved) * logits)
-    peak = max(sampler, _mlp_transient_bytes(model, resolved), moe.transient)
+    peak = max(sampler, _mlp_transient_bytes(model, resolved), moe_transient)
     if model.vision is not None and model.vision.encoder is not None:
         # the encoder pass, then the language model's batch beside the encoder cache
+        from kvwise.planner.vision_profile import encoder_profile  # for such models only
+
         enc = encoder_profile(model, resolved, rules)
         language = hidden + peak + enc.cache_bytes
-        return int(V1_ACTIVATION_BASE_BYTES + max(language, enc.peak_bytes) + moe.persistent)
+        return int(V1_ACTIVATION_BASE_BYTES + max(language, enc.peak_bytes) + moe_persistent)
     vision = VISION_PROFILE_BYTES if model.vision else 0.0
-    return int(V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + moe.persistent)
+    return int(V1_ACTIVATION_BASE_BYTES + hidden + peak + vision + moe_persistent)
 
 
 def uses_v2_runner(model: ModelSpec, rules: VersionRules) -> bool:
@@ -466,6 +489,6 @@ def released_profile_peak_bytes(
     (WorkspaceManager) and the V1 base, taken as persistent runner buffers."""
     if rules.engine == "V0":
         return 0
-    moe = moe_profile_bytes(model, gpu, resolved, rules)
-    kept = V1_ACTIVATION_BASE_BYTES + moe.persistent
+    moe_persistent, _ = _moe_profile_bytes(model, gpu, resolved, rules)
+    kept = V1_ACTIVATION_BASE_BYTES + moe_persistent
     return max(0, int(activation_bytes(model, gpu, resolved, rules) - kept))

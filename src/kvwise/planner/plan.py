@@ -25,9 +25,7 @@ from kvwise.planner.kv import (
     kv_layout,
     kv_tokens,
 )
-from kvwise.planner.kv_mamba import STATE_PAGES_PER_REQUEST, mamba_cache_mode
 from kvwise.planner.kv_release import for_release
-from kvwise.planner.lora import lora_bytes
 from kvwise.planner.result import (
     CUDA_OOM_SAMPLER_WARMUP,
     KvCapacity,
@@ -36,8 +34,10 @@ from kvwise.planner.result import (
     PlanError,
     ResolvedFlags,
 )
-from kvwise.planner.vision_profile import tower_loaded
 from kvwise.planner.warnings import collect_warnings
+
+# Modules for some models or flags only (vision towers, mamba state, LoRA) are imported where
+# such a plan needs them: `kvwise plan` of a dense text model does not load them.
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,22 @@ def _non_kv(
     in_budget_bytes = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if in_budget else 0
     return _NonKv(
         # LoRA slots are allocated inside load_model: vLLM logs them as weights
-        weights=memory.weights_bytes(model, resolved) + lora_bytes(model, flags, resolved, rules),
+        weights=memory.weights_bytes(model, resolved) + _lora_bytes(model, flags, resolved, rules),
         activation=memory.activation_bytes(model, gpu, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
         graphs_in_budget=in_budget_bytes,
     )
+
+
+def _lora_bytes(
+    model: ModelSpec, flags: VllmFlags, resolved: ResolvedFlags, rules: VersionRules
+) -> int:
+    if not flags.enable_lora:
+        return 0  # no LoRA slots (planner/lora.py says the same)
+    from kvwise.planner.lora import lora_bytes
+
+    return lora_bytes(model, flags, resolved, rules)
 
 
 def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None, before_snapshot: int) -> int:
@@ -79,6 +89,8 @@ def _free_at_init(gpu: GpuSpec, startup_free_bytes: int | None, before_snapshot:
 def _mamba_pages(model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
     if model.mamba is None:
         return 1
+    from kvwise.planner.kv_mamba import STATE_PAGES_PER_REQUEST, mamba_cache_mode
+
     mode = mamba_cache_mode(model, resolved.enable_prefix_caching, rules.mamba_prefix_cache_mode)
     return STATE_PAGES_PER_REQUEST[mode]
 
@@ -221,8 +233,11 @@ def plan(
     rules = engine_rules(rules_for(vllm_version), gpu, flags)
     model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
-    if not tower_loaded(model, resolved, rules):  # every --limit-mm-per-prompt 0 (0.10.1+)
-        model = replace(model, vision=None)
+    if model.vision is not None:
+        from kvwise.planner.vision_profile import tower_loaded
+
+        if not tower_loaded(model, resolved, rules):  # every --limit-mm-per-prompt 0 (0.10.1+)
+            model = replace(model, vision=None)
     parts = _non_kv(model, gpu, flags, resolved, rules)
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
     dtype_bytes = kv_dtype_bytes(resolved.kv_cache_dtype, resolved.dtype)

@@ -65,16 +65,6 @@ class EncoderProfile:
     cache_bytes: int  # encoder outputs held while the language model's dummy batch runs
 
 
-# M-RoPE models whose cos/sin cache vLLM sizes at 4 x max_position_embeddings
-# (model_executor/layers/rotary_embedding.py, 0.11+ rotary_embedding/mrope.py: MRotaryEmbedding
-# `cache_max_position_num`, read at 0.8.5, 0.9.0.1, 0.10.1, 0.11.0, 0.14.0, 0.19.0, 0.27.1, 0.30.0)
-MROPE_ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration",)
-
-
-def mrope_cache_factor(model: ModelSpec) -> int:
-    return 4 if model.architecture in MROPE_ARCHITECTURES else 1
-
-
 def parse_limits(text: str | None) -> dict[str, int]:
     """--limit-mm-per-prompt as vLLM takes it: JSON ('{"image": 1}') or 'image=1,video=0'."""
     if not text:

@@ -6,7 +6,6 @@ from kvwise.core.gpus import GIB, OFFICIAL_VLLM_MIN_CAPABILITY, GpuSpec
 from kvwise.planner.defaults import VersionRules
 from kvwise.planner.memory import NVLINK_MIN_BYTES_S
 from kvwise.planner.result import Plan
-from kvwise.planner.vision_profile import encoder_lines
 
 
 def _kv_warnings(plan: Plan) -> list[str]:
@@ -100,7 +99,11 @@ def _model_warnings(plan: Plan) -> list[str]:
 
 
 def collect_warnings(plan: Plan, rules: VersionRules) -> tuple[str, ...]:
-    vision = encoder_lines(plan, rules)
+    vision: list[str] = []
+    if plan.model.vision is not None:  # its lines are vision_profile's, imported for such models
+        from kvwise.planner.vision_profile import encoder_lines
+
+        vision = encoder_lines(plan, rules)
     return tuple(
         _kv_warnings(plan) + _device_warnings(plan, rules) + _model_warnings(plan) + vision
     )
