@@ -279,6 +279,7 @@ def test_each_architecture_has_one_reader_whichever_table_is_imported_first() ->
     architecture is in two tables, nor both read and refused as not modelled."""
     from kvwise.core import models
     from kvwise.core.models_dense import DENSE_ARCHITECTURES
+    from kvwise.core.models_gemma4 import GEMMA4_ARCHITECTURES
     from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES, NOT_MODELLED_ARCHITECTURES
     from kvwise.core.models_moe import MOE_ARCHITECTURES
 
@@ -287,6 +288,7 @@ def test_each_architecture_has_one_reader_whichever_table_is_imported_first() ->
         models.MULTIMODAL_ARCHITECTURES,
         MOE_ARCHITECTURES,
         HYBRID_ARCHITECTURES,
+        GEMMA4_ARCHITECTURES,
     )
     names = [name for table in tables for name in table]
     assert len(names) == len(set(names)) == len(models.architectures())

@@ -65,21 +65,16 @@ _COMMON_ARCHITECTURES = DENSE_ARCHITECTURES | MULTIMODAL_ARCHITECTURES
 @cache
 def architectures() -> dict[str, Reader]:
     """HF `architectures[0]` -> how to read its config. vLLM's class names, which users also see."""
-    from kvwise.core.models_gemma4 import gemma4
+    from kvwise.core.models_gemma4 import GEMMA4_ARCHITECTURES
     from kvwise.core.models_hybrid import HYBRID_ARCHITECTURES
     from kvwise.core.models_moe import MOE_ARCHITECTURES
 
-    # Gemma 4: its own reader (per-layer head shapes, MoE); the tower is counted from `vision_config`
-    gemma4_architectures: dict[str, Reader] = {
-        "Gemma4ForConditionalGeneration": gemma4,
-        "Gemma4ForCausalLM": gemma4,
-    }
     return (
         DENSE_ARCHITECTURES
         | MOE_ARCHITECTURES
         | HYBRID_ARCHITECTURES
         | MULTIMODAL_ARCHITECTURES
-        | gemma4_architectures
+        | GEMMA4_ARCHITECTURES
     )
 
 

@@ -122,3 +122,10 @@ def gemma4(cfg: dict[str, Any]) -> dict[str, Any]:
         "rotary_cache_dims": rotary_dims,
         "moe": moe,
     }
+
+
+# the architectures this module reads; the vision tower is counted from `vision_config`
+GEMMA4_ARCHITECTURES = {
+    "Gemma4ForConditionalGeneration": gemma4,
+    "Gemma4ForCausalLM": gemma4,
+}
