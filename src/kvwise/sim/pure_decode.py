@@ -75,6 +75,10 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     )
     append_end, hist = engine.step_end_s.append, engine.itl_hist
     next_sample_s, itl = engine.next_sample_s, engine.decode_itl_bin
+    # Engine.end_step's stream of tokens to the API server's CPU, when it costs any
+    token_s, delivered, num_streamed = engine.token_s, engine.delivered_s, engine.stream_tokens
+    append_delivered = delivered.append if token_s else None
+    seen_s = delivered[-1] if delivered else 0.0
     # the blocks are granted in one call for many steps: nothing else takes or returns
     # blocks meanwhile, so each step's group gets the same blocks as one call per step
     pending: list[Request] = []
@@ -92,6 +96,11 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
         step_s = fixed_s + context_token_s * context + reqs_s
         now += step_s
         append_end(now)
+        if append_delivered is not None:
+            free_s = seen_s + token_s * num_streamed
+            seen_s = free_s if free_s > now else now
+            append_delivered(seen_s)
+            num_streamed = num_decode
         busy_s += step_s
         kv_block_s += used * step_s
         if not itl.lo <= step_s < itl.hi:
@@ -111,6 +120,7 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     itl.flush(hist)
     engine.now, engine.step_index, engine.busy_s, engine.kv_block_s = now, step, busy_s, kv_block_s
     engine.max_used_blocks = max_used
+    engine.stream_tokens = num_streamed
     return step < last_step and now >= next_arrival_s
 
 
@@ -237,6 +247,8 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         request.first_token_s = request.last_token_s = now
         request.first_token_step = request.last_step = step
         cohort.join(request, step + 1)
+    if engine.token_s:
+        engine.stream(len(plan.scheduled))
     if done:
         engine.complete(done)
     return True
