@@ -126,10 +126,11 @@ class Engine:
         self.on_progress: Callable[[int], None] | None = None  # requests done, now and then
         # The API server's CPU per streamed output token (frontend.py): 0 streams every token
         # at its step's end. Otherwise each step's tokens queue for that CPU, which works
-        # beside the GPU: delivered_s[k] is when it has caught up with the steps before k.
+        # beside the GPU, and are seen once it has caught up with the steps before.
         self.token_s = 0.0
-        self.delivered_s = array("d")
-        self.stream_tokens = 0  # tokens of the last step, queued behind delivered_s[-1]
+        self.stream_seen_s = 0.0  # when the last step's tokens were seen
+        self.stream_tokens = 0  # the last step's tokens, queued from then on
+        self.late_steps: dict[int, float] = {}  # steps seen after their end -> when
 
     # -- input -----------------------------------------------------------------------------
 
@@ -233,7 +234,7 @@ class Engine:
 
     def complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
         # the client sees the end once the API server has caught up with the earlier steps
-        now = self.delivered_s[-1] if self.token_s else self.now
+        now = self.stream_seen_s if self.token_s else self.now
         for request in requests:
             request.finish_s = now
             self.finished.append(request)
@@ -243,10 +244,12 @@ class Engine:
         self.now += step_s
         self.step_end_s.append(self.now)
         self.step_index += 1
-        if self.token_s:  # the API server's CPU is through the steps before at seen_s
-            delivered = self.delivered_s
-            free_s = (delivered[-1] if delivered else 0.0) + self.token_s * self.stream_tokens
-            delivered.append(free_s if free_s > self.now else self.now)
+        if self.token_s:  # when the API server's CPU is through the steps before
+            free_s = self.stream_seen_s + self.token_s * self.stream_tokens
+            if free_s > self.now:
+                self.stream_seen_s = self.late_steps[self.step_index - 1] = free_s
+            else:
+                self.stream_seen_s = self.now
             self.stream_tokens = num_lazy_decodes
         self.busy_s += step_s
         used = self.config.num_gpu_blocks - 1 - self.kv_cache.pool.num_free_blocks

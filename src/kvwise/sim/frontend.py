@@ -43,16 +43,16 @@ client sees them once the server has caught up with the steps before:
 
     seen_k = max(free_(k-1), step_end_k)        free_k = seen_k + frontend_token_s x tokens_k
 
-(`Engine.end_step`, `Engine.stream`): TTFT, TPOT, E2E and the benchmark's duration count from
-there. The server's work on a step's own tokens at light load is in `api_overhead_s` already
-(fitted with it), so only the wait behind earlier steps is added: none below saturation, while
-above it output tokens/s cannot pass 1 / frontend_token_s, whatever the GPU does, and the
-backlog delays every later token. When the API server falls behind, vLLM's per-request
-collector (`RequestOutputCollector`) merges the outputs a stream has not yet taken into one
-chunk, so the cost per token at the ceiling is below the cost per chunk at light load: the
-constant is measured at saturation.
-Not modelled: the requests coming in and the tokens going out compete for the same CPU (two
-separate queues here), and --api-server-count > 1 (more CPUs).
+(`Engine.end_step`, `Engine.stream`, `pure_decode._decode_loop`): TTFT, TPOT, E2E and the
+benchmark's duration count from there. The server's work on a step's own tokens at light load
+is in `api_overhead_s` already (fitted with it), so only the wait behind earlier steps is
+added: none below saturation, while above it output tokens/s cannot pass 1 / frontend_token_s,
+whatever the GPU does, and the backlog delays every later token. When the API server falls
+behind, vLLM's per-request collector (`RequestOutputCollector`) merges the outputs a stream
+has not yet taken into one chunk, so the cost per token at the ceiling is below the cost per
+chunk at light load: the constant is measured at saturation. Not modelled: the requests
+coming in and the tokens going out compete for the same CPU (two separate queues here), and
+--api-server-count > 1 (more CPUs).
 
 The default (`FRONTEND_TOKEN_S`) is measured, not fitted to any serving benchmark:
 `benchmarks/frontend_cost.py` runs vLLM's own API server (0.32.0, V1, the CPU engine with a tiny
@@ -115,9 +115,9 @@ FRONTEND_TOKEN_S = 63e-6
 
 
 def streamed_first_tokens(engine: Engine) -> None:
-    """After a run with a per-token cost: each first token is seen when the API server has
-    streamed its step (`Engine.delivered_s`), not when the step ended."""
-    delivered = engine.delivered_s
+    """After a run with a per-token cost: a first token out of a step the API server was
+    behind on is seen when the server caught up (`Engine.late_steps`), not at the step's end."""
+    late = engine.late_steps
     for request in engine.finished:
-        if request.first_token_s is not None:
-            request.first_token_s = delivered[request.first_token_step]
+        if request.first_token_s is not None and request.first_token_step in late:
+            request.first_token_s = late[request.first_token_step]
