@@ -195,3 +195,37 @@ def test_an_entry_fitted_for_another_step_time_model_asks_for_a_new_calibration(
     server = ServerInfo(url="", model="tiny", cache_config=TINY_CACHE_CONFIG)
     with pytest.raises(DataError, match="run kvwise calibrate again"):
         deployed(load_model(TINY_CONFIG), find_gpu("rtx4090"), TINY_FLAGS, server)
+
+
+def test_calibrate_takes_the_api_servers_cpu_per_token_from_its_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server's own CPU seconds (/metrics process_cpu_seconds_total, read by bench around
+    each run) over the tokens it generated: the busiest run's figure, which then caps the
+    simulated tokens/s."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = _results_file(tmp_path / "results.json")
+    body = json.loads(path.read_text())
+    # light load: 1.2 ms a token (one chunk each); busier: 0.5 ms (streams merged into chunks)
+    for run, (cpu_s, tokens) in zip(body["runs"], ((6.0, 5000.0), (4.0, 8000.0)), strict=True):
+        run["server_metrics"] = {"api_server_cpu_s": cpu_s, "generation_tokens": tokens}
+    path.write_text(json.dumps(body))
+    argv = ["calibrate", str(path), "--gpu", "rtx4090", "--model", TINY_CONFIG, "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["coefficients_after"]["frontend_token_s"] == pytest.approx(0.5e-3)
+    server = ServerInfo(url="", model="tiny", cache_config=TINY_CACHE_CONFIG)
+    replica = deployed(load_model(TINY_CONFIG), find_gpu("rtx4090"), TINY_FLAGS, server)
+    assert replica.config.coefficients.frontend_token_s == pytest.approx(0.5e-3)
+
+
+def test_without_the_servers_cpu_figure_calibrate_keeps_the_shipped_per_token_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = _results_file(tmp_path / "results.json")
+    argv = ["calibrate", str(path), "--gpu", "rtx4090", "--model", TINY_CONFIG, "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    after, before = report["coefficients_after"], report["coefficients_before"]
+    assert after["frontend_token_s"] == before["frontend_token_s"] > 0

@@ -95,6 +95,7 @@ FLAT_COEFFICIENTS = StepTimeCoefficients(
     layer_overhead_s=0.0,
     request_overhead_s=0.001,
     api_overhead_s=0.005,
+    frontend_token_s=0.0,  # tokens reach the client at their step's end (test_frontend.py: not)
 )
 
 

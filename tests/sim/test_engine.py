@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -128,6 +129,7 @@ def _specs() -> st.SearchStrategy[WorkloadSpec]:
     max_num_seqs=st.sampled_from([2, 4, 64]),
     reserve_full_isl=st.booleans(),
     seed=st.integers(0, 3),
+    token_s=st.sampled_from([0.0, 0.004]),
 )
 def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
     spec: WorkloadSpec,
@@ -136,6 +138,7 @@ def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
     max_num_seqs: int,
     reserve_full_isl: bool,
     seed: int,
+    token_s: float,
 ) -> None:
     config = flat_config(
         num_blocks,
@@ -143,6 +146,8 @@ def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
         max_num_seqs=max_num_seqs,
         reserve_full_isl=reserve_full_isl,
     )
+    # with an API server slower than the steps (frontend.py) as well: its token stream too
+    config = replace(config, coefficients=replace(config.coefficients, frontend_token_s=token_s))
     workload = build_workload(spec, random.Random(seed))
     fast = simulate(config, workload, fast=True)
     reference = simulate(config, workload, fast=False)

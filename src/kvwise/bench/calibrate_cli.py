@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,11 +92,33 @@ def _runs(
     return runs, prior, gpu.name, model.model_id
 
 
+def streamed_token_s(results: list[BenchResults]) -> float | None:
+    """The API server's CPU seconds per streamed output token, from the runs that read it on
+    /metrics (`api_server_cpu_s`), or None. Per run: the CPU the server spent over the tokens it
+    generated, which also carries the run's share of per-request work and /metrics scrapes. The
+    least of the runs: the API server merges a lagging stream's tokens into fewer chunks, so
+    the busiest run is the one nearest the cost at saturation, where it caps tokens/s
+    (kvwise.sim.frontend)."""
+    per_token = []
+    for result in results:
+        for run in result.runs:
+            server = run.server_metrics or {}
+            cpu_s, tokens = server.get("api_server_cpu_s"), server.get("generation_tokens")
+            if cpu_s is not None and cpu_s > 0 and tokens:
+                per_token.append(cpu_s / tokens)
+    return min(per_token) if per_token else None
+
+
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     results = [read_results(path) for path in args.results]
     runs, prior, gpu_name, model_id = _runs(results, args, _target(results, args))
     result = fit(runs, prior)
+    token_s = streamed_token_s(results)
+    if token_s is not None:  # the server's own CPU per token, in place of the shipped figure
+        result = replace(
+            result, coefficients=replace(result.coefficients, frontend_token_s=token_s)
+        )
     calibration = Calibration(
         gpu=gpu_name,
         model=model_id,

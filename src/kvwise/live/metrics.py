@@ -33,6 +33,10 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "num_steps": ("vllm:iteration_tokens_total_count",),
     "step_tokens": ("vllm:iteration_tokens_total_sum",),
     "num_requests_finished": ("vllm:request_success_total",),
+    # CPU seconds of the process that serves /metrics: vLLM's API server (prometheus_client's
+    # process collector; absent when the server runs several API processes). `kvwise
+    # calibrate` divides it by the tokens streamed (kvwise.sim.frontend: frontend_token_s)
+    "api_server_cpu_s": ("process_cpu_seconds_total",),
 }
 GAUGES: dict[str, tuple[str, ...]] = {
     "kv_cache_usage": (

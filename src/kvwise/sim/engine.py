@@ -124,6 +124,13 @@ class Engine:
         self.sample_interval_s = 0.05
         self.next_sample_s = 0.0
         self.on_progress: Callable[[int], None] | None = None  # requests done, now and then
+        # The API server's CPU per streamed output token (frontend.py): 0 streams every token
+        # at its step's end. Otherwise each step's tokens queue for that CPU, which works
+        # beside the GPU, and are seen once it has caught up with the steps before.
+        self.token_s = 0.0
+        self.stream_seen_s = 0.0  # when the last step's tokens were seen
+        self.stream_tokens = 0  # the last step's tokens, queued from then on
+        self.late_steps: dict[int, float] = {}  # steps seen after their end -> when
 
     # -- input -----------------------------------------------------------------------------
 
@@ -207,8 +214,14 @@ class Engine:
             request.last_step = step
             if self.fast and request.status is Status.RUNNING:
                 cohort.join(request, step + 1)
+        if self.token_s and produced:
+            self.stream(len(produced))
         if done or finished:
             self.complete((*done, *finished))
+
+    def stream(self, num_tokens: int) -> None:
+        """`num_tokens` more tokens of the step just ended queue for the API server's CPU."""
+        self.stream_tokens += num_tokens
 
     def finish_decoders(self, step: int) -> list[Request]:
         """Implicit decoders whose last token came out of `step` leave the running list."""
@@ -220,7 +233,8 @@ class Engine:
         return done
 
     def complete(self, requests: tuple[Request, ...] | list[Request]) -> None:
-        now = self.now
+        # the client sees the end once the API server has caught up with the earlier steps
+        now = self.stream_seen_s if self.token_s else self.now
         for request in requests:
             request.finish_s = now
             self.finished.append(request)
@@ -230,6 +244,13 @@ class Engine:
         self.now += step_s
         self.step_end_s.append(self.now)
         self.step_index += 1
+        if self.token_s:  # when the API server's CPU is through the steps before
+            free_s = self.stream_seen_s + self.token_s * self.stream_tokens
+            if free_s > self.now:
+                self.stream_seen_s = self.late_steps[self.step_index - 1] = free_s
+            else:
+                self.stream_seen_s = self.now
+            self.stream_tokens = num_lazy_decodes
         self.busy_s += step_s
         used = self.config.num_gpu_blocks - 1 - self.kv_cache.pool.num_free_blocks
         self.kv_block_s += used * step_s

@@ -75,6 +75,20 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     )
     append_end, hist = engine.step_end_s.append, engine.itl_hist
     next_sample_s, itl = engine.next_sample_s, engine.decode_itl_bin
+    # Engine.end_step's stream of tokens to the API server's CPU, when it costs any. Step times
+    # do not fall during the run (the context grows): when the CPU has caught up by the end of
+    # the first step and takes no longer than a step for a step's tokens, it keeps up with
+    # every step, and the loop leaves it alone (each step's tokens seen at its end, as
+    # Engine.end_step would find with the same operations)
+    token_s, seen_s, num_streamed = engine.token_s, engine.stream_seen_s, engine.stream_tokens
+    first_step = step
+    late_steps = engine.late_steps
+    keeping_up = True
+    if token_s:
+        step_s = fixed_s + context_token_s * context + reqs_s
+        keeping_up = (
+            seen_s + token_s * num_streamed <= now + step_s and token_s * num_decode <= step_s
+        )
     # the blocks are granted in one call for many steps: nothing else takes or returns
     # blocks meanwhile, so each step's group gets the same blocks as one call per step
     pending: list[Request] = []
@@ -92,6 +106,13 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
         step_s = fixed_s + context_token_s * context + reqs_s
         now += step_s
         append_end(now)
+        if not keeping_up:
+            free_s = seen_s + token_s * num_streamed
+            if free_s > now:
+                seen_s = late_steps[step] = free_s
+            else:
+                seen_s = now
+            num_streamed = num_decode
         busy_s += step_s
         kv_block_s += used * step_s
         if not itl.lo <= step_s < itl.hi:
@@ -111,6 +132,9 @@ def _decode_loop(engine: Engine, next_finish: int | None) -> bool:
     itl.flush(hist)
     engine.now, engine.step_index, engine.busy_s, engine.kv_block_s = now, step, busy_s, kv_block_s
     engine.max_used_blocks = max_used
+    if token_s and step > first_step:
+        engine.stream_seen_s = now if keeping_up else seen_s
+        engine.stream_tokens = num_decode
     return step < last_step and now >= next_arrival_s
 
 
@@ -237,6 +261,8 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         request.first_token_s = request.last_token_s = now
         request.first_token_step = request.last_step = step
         cohort.join(request, step + 1)
+    if engine.token_s:
+        engine.stream(len(plan.scheduled))
     if done:
         engine.complete(done)
     return True

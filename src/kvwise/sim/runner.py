@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from kvwise.core.trimming import stable_cut
 from kvwise.sim.engine import Engine, EngineConfig
-from kvwise.sim.frontend import FrontEndQueue
+from kvwise.sim.frontend import FrontEndQueue, streamed_first_tokens
 from kvwise.sim.metrics import summarize, time_series
 from kvwise.sim.request import Request, Segment, Status
 from kvwise.sim.steptime import StepCost, StepTimeCoefficients, step_weights
@@ -179,10 +179,13 @@ def simulate(
         warm_prefix_cache(engine.kv_cache, workload)
     coefficients = config.coefficients
     frontend = FrontEndQueue(coefficients.api_overhead_s, coefficients.frontend_request_s)
+    engine.token_s = coefficients.frontend_token_s
     driver = _Driver(workload, engine, frontend, config.history_budget_tokens)
     with _no_cyclic_gc():
         driver.start()
         engine.run()
+        if engine.token_s:
+            streamed_first_tokens(engine)
         return SimResult(config, workload, summarize(engine), time_series(engine), engine, frontend)
 
 

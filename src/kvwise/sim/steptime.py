@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from kvwise.core.gpus import GpuSpec
 from kvwise.core.models import ModelSpec
 from kvwise.core.weights import active_params
+from kvwise.sim.frontend import FRONTEND_TOKEN_S
 from kvwise.sim.interconnect import CommCost, NcclShmAllReduce
 
 BASIS_NAMES = (
@@ -81,6 +82,9 @@ class StepTimeCoefficients:
     # on each request (chat template, tokenization), over which bursts of requests queue.
     api_overhead_s: float = 10e-3
     frontend_request_s: float = 0.0
+    # and the CPU time it spends per streamed output token (detokenizing, one SSE chunk), on
+    # a CPU that works beside the GPU: output tokens/s can go no higher than 1 / this
+    frontend_token_s: float = FRONTEND_TOKEN_S
 
     def vector(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in BASIS_NAMES)
