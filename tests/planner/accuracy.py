@@ -122,6 +122,7 @@ def report_sets() -> dict[str, tuple[Path, ...]]:
         "out-of-sample a-c (some records examined)": batch_files(*EXAMINED_BATCHES),
         "held-out d (11 records examined after its scoring)": batch_files("d"),
         "held-out e (scored once, GPU catalog grown since)": batch_files("e"),
+        "held-out f (fresh, scored once)": batch_files("f"),
     }
 
 
