@@ -99,3 +99,16 @@ def test_out_of_sample_fidelity_does_not_regress_past_the_committed_run() -> Non
             assert now <= before + REGRESSION_MARGIN, (
                 f"{cls} / {reg} {metric}: {now:.1%}, committed {before:.1%}"
             )
+
+
+def test_a_sweep_point_starts_with_the_prompts_of_the_earlier_points_on_its_server() -> None:
+    """dennislee22 ran its sweeps against one server (the logged prefix-cache hit rate shows
+    the earlier prompts hit): a run after smaller ones starts with their prompts cached, a
+    run on a fresh server only with the client's test request (prompt 0)."""
+    cases, _ = load_unseen(DATA)
+    by_id = {c.case_id: c for c in cases}
+    after = by_id["dennislee22-test4-run03-n20-in1024-out1024"]  # after 10 prompts, then 1
+    assert [r.num_prompts for r in after.earlier_runs] == [10, 1, 1]
+    fresh = by_id["dennislee22-test4-run02-n10-in1024-out1024"]  # first run of its server
+    assert [r.num_prompts for r in fresh.earlier_runs] == [1]
+    assert fresh.earlier_runs[0].input_len == fresh.workload.input_len
