@@ -28,9 +28,11 @@ SCORED_IN_THE_COMMITTED_RUN = 188
 # p2p14: the two-A100 runs without P2P over pcie-nop2p moved datacenter / overload to 17.7 / 18.0 /
 # 38.8 %: TTFT from 30.0 %, because those runs' prefill now pays its all-reduces through host memory
 # while the same card's one-GPU runs were already +88 % (results file, diagnosis 2)
+# a100: the dennislee22 sweeps start with the prompts their earlier runs left cached (the records'
+# server_history, from the vLLM log lines): datacenter / overload TTFT 38.8 % -> 32.6 %
 COMMITTED = {
     ("datacenter", "low"): (0.099, 0.128, 0.307),
-    ("datacenter", "overload"): (0.177, 0.180, 0.388),
+    ("datacenter", "overload"): (0.177, 0.180, 0.326),
 }
 REGRESSION_MARGIN = 0.03  # 3 percentage points: seeds and rounding, not a change of the model
 
