@@ -109,6 +109,9 @@ class Case:
     # between the points of a sweep): the prefix cache starts warm. No in-sample source says
     # so (IOG's README does not say whether the server was restarted), so none is warm.
     warm_cache: bool = False
+    # earlier runs on the same server, in order (the source's logs say which): the prefix
+    # cache starts as they left it (`kvwise.sim.warm.replay_earlier_runs`)
+    earlier_runs: tuple[WorkloadSpec, ...] = ()
     # the GPU link the source states, as `kvwise simulate --interconnect` takes it (None: the
     # card's own): "pcie-nop2p" where vLLM logged that the GPUs lack peer-to-peer
     interconnect: str | None = None
@@ -229,7 +232,12 @@ def run_case(
         topology=case_topology(case),
     )
     return simulate(
-        dep.config, case.workload, seed, record_steps=record_steps, warm_cache=case.warm_cache
+        dep.config,
+        case.workload,
+        seed,
+        record_steps=record_steps,
+        warm_cache=case.warm_cache,
+        earlier_runs=case.earlier_runs,
     )
 
 

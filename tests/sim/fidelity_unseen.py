@@ -196,7 +196,13 @@ def run_unseen_case(case: Case, seed: int = 0) -> SimResult:
         label=case.case_id,
         topology=case_topology(case),
     )
-    return simulate(dep.config, case.workload, seed, warm_cache=case.warm_cache)
+    return simulate(
+        dep.config,
+        case.workload,
+        seed,
+        warm_cache=case.warm_cache,
+        earlier_runs=case.earlier_runs,
+    )
 
 
 def load_unseen(path: str | Path) -> tuple[list[Case], list[Skipped]]:

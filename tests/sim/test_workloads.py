@@ -6,6 +6,7 @@ import itertools
 import json
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,41 @@ def test_a_warm_cache_keeps_the_newest_prompts_when_the_pool_is_too_small() -> N
     # 30 usable blocks hold the last three 10-block prompts (9 blocks of each can be hits: a
     # lookup leaves the last token to compute); the earlier ones were evicted, oldest first
     assert [cached_blocks(i) for i in range(10)] == [0] * 7 + [9] * 3
+
+
+def test_an_earlier_smaller_run_leaves_its_prompts_cached_for_the_next_one() -> None:
+    """vLLM's benchmark draws the same first prompts for any --num-prompts: a 20-prompt run
+    after a 10-prompt one on the same server finds those 10 in the prefix cache."""
+    from tests.sim.factories import flat_config
+
+    spec = WorkloadSpec("random", num_prompts=20, input_len=64, output_len=4)
+    earlier = replace(spec, num_prompts=10)
+    config = flat_config(num_gpu_blocks=512)
+    cold = simulate(config, spec, seed=3)
+    after = simulate(config, spec, seed=3, earlier_runs=(earlier,))
+    assert cold.metrics["prefix_cache_hit_rate"] == 0
+    # half the prompts find 60 of their 64 tokens cached (15 full 4-token blocks)
+    assert after.metrics["prefix_cache_hit_rate"] == pytest.approx(60 / 64 / 2)
+    # less to prefill: the first tokens come sooner
+    assert after.metrics["median_ttft_ms"] < cold.metrics["median_ttft_ms"]
+
+
+def test_the_answers_of_an_earlier_run_take_room_in_the_cache() -> None:
+    """An earlier run's answers are cached too: when its prompts and answers overflow the
+    pool, its oldest prompts are gone (evicted first), though its prompts alone would fit."""
+    from kvwise.sim.kv_cache_manager import KVCacheManager
+    from kvwise.sim.request import Request
+    from kvwise.sim.warm import replay_earlier_runs
+
+    spec = WorkloadSpec("random", num_prompts=10, input_len=40, output_len=20)
+    workload = build_workload(spec, random.Random(0))
+    kv_cache = KVCacheManager(61, 4, enable_prefix_caching=True, max_model_len=120)
+    assert replay_earlier_runs(kv_cache, [workload]) == 10
+
+    def cached_blocks(index: int) -> int:
+        prompt = list(workload.sessions[index].turns[0].new_segments)
+        return len(kv_cache.get_computed_blocks(Request(0, prompt, 1, output_seg_id=-1)))
+
+    # 60 usable blocks: 10 prompts of 10 blocks would all fit, but each answer adds 5, so
+    # only the last four prompts (with their answers) stay
+    assert [cached_blocks(i) for i in range(10)] == [0] * 6 + [9] * 4

@@ -12,6 +12,16 @@ peak that prefill reaches: BLIS's roofline back-end (github.com/inference-sim/in
 `hardware_config.json`, `mfuPrefill`, calibrated per its Discussion #589) gives H100 0.45,
 A100-SXM 0.38 and L40S 0.32. No figure is documented for the other families; they keep the
 efficiency fitted across every measured card.
+
+What that figure is: BLIS divides ALL of a prefill's FLOPs (GEMMs, attention, softmax) by
+peak x mfuPrefill and takes max(compute, memory) with no overhead term (sim/latency/roofline.go,
+rooflineStepTime), "conservative estimates for capacity planning" (docs/reference/models.md).
+Here it caps the GEMM term alone, next to separate attention and overhead terms, so it is a
+lower bound on the GEMM efficiency, not a measurement of it. Out of sample the two A100 PCIe
+sources pull apart at 7-8B dense models: cold dennislee22 prefill (V1 0.10.1, 2,048-token
+chunks) runs at about 130-155 ms a chunk (~65-75 % of peak for everything), while livinfly
+(V0 0.9.1, decode-heavy) fits 0.38 and overshoots at 0.72 (benchmarks/results/
+sim_fidelity_unseen.txt, a100 diagnosis); the figure is kept until one form fits both.
 """
 
 from __future__ import annotations

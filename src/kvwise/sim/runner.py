@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -153,16 +153,24 @@ def simulate(
     record_steps: bool = False,
     on_progress: Callable[[int], None] | None = None,
     warm_cache: bool = False,
+    earlier_runs: Sequence[Workload | WorkloadSpec] = (),
 ) -> SimResult:
     """Run one workload on one simulated replica. Same inputs and seed, same result.
 
     `on_progress(requests done)` is called now and then (for a progress bar). `warm_cache`:
     the prefix cache starts with the workload's prompts in it (`warm.py`), as after an earlier
-    run of the same prompts on a server that was not restarted.
+    run of the same prompts on a server that was not restarted. `earlier_runs`: the prefix
+    cache starts as those runs (built with the same seed) left it on the same server, their
+    prompts and answers in order, the latest kept when the pool is too small
+    (`warm.replay_earlier_runs`).
     """
     if isinstance(workload, WorkloadSpec):
         workload = build_workload(workload, random.Random(seed))
-    if warm_cache:  # every prompt is in the cache: every request looks itself up
+    earlier = [
+        build_workload(run, random.Random(seed)) if isinstance(run, WorkloadSpec) else run
+        for run in earlier_runs
+    ]
+    if warm_cache or earlier:  # prompts may be in the cache: every request looks itself up
         workload = replace(workload, has_shared_segments=True)
     weights = step_weights(config.cost, config.coefficients)
     driver: _Driver | None = None
@@ -173,6 +181,10 @@ def simulate(
 
     engine = Engine(config.engine, weights, on_done=on_done, fast=fast, record_steps=record_steps)
     engine.on_progress = on_progress
+    if earlier:
+        from kvwise.sim.warm import replay_earlier_runs
+
+        replay_earlier_runs(engine.kv_cache, earlier)
     if warm_cache:
         from kvwise.sim.warm import warm_prefix_cache
 
