@@ -4,6 +4,7 @@ tests/data/validation/sglang_startup_logs.jsonl, run as a user would (stated fla
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,48 @@ def score(record: dict[str, Any]) -> Scored | None:
 
 def scored(split: str, path: Path = RECORDS) -> list[Scored]:
     return [s for r in records(path) if r["split"] == split and (s := score(r)) is not None]
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    planned: int
+    token_errors: tuple[float, ...]  # |relative error| of each planned record with a logged pool
+    verdicts: tuple[bool, ...]  # right or not, for each planned record whose outcome is known
+
+
+def score_batch(label: str, path: Path, width: int) -> BatchFigures:
+    """Plan every record of an out-of-sample batch as a user would and print one line each
+    (planned or not, and why not; KV tokens; verdict), then the batch's figures (pytest -s)."""
+    errors: list[float] = []
+    verdicts: list[bool] = []
+    planned = 0
+    for record in records(path):
+        try:
+            case = score(record)
+        except KvwiseError as refused:  # what a user sees: kvwise declines the flags
+            print(f"{label} {record['id']:{width}} not planned: kvwise says {refused}")
+            continue
+        if case is None:
+            print(f"{label} {record['id']:{width}} not planned: {unscored_reason(record)}")
+            continue
+        planned += 1
+        err = case.token_error
+        right = None if case.logged_starts is None else case.predicted_starts == case.logged_starts
+        print(
+            f"{label} {case.family:12} {case.id:{width}} predicted {case.predicted_tokens:>9,} "
+            f"logged {case.logged_tokens or 0:>9,} error {err if err is None else f'{err:+.1%}'} "
+            f"starts {case.predicted_starts} verdict "
+            f"{'unknown' if right is None else 'right' if right else 'WRONG'}"
+        )
+        if err is not None:
+            errors.append(abs(err))
+        if right is not None:
+            verdicts.append(right)
+    within = sum(e <= 0.10 for e in errors)
+    median = statistics.median(errors) if errors else float("nan")
+    worst = max(errors) if errors else float("nan")
+    print(
+        f"{label} KV tokens: n={len(errors)} median {median:.1%} worst {worst:.1%} "
+        f"within 10%: {within}/{len(errors)}; verdicts right {sum(verdicts)}/{len(verdicts)}"
+    )
+    return BatchFigures(planned, tuple(errors), tuple(verdicts))

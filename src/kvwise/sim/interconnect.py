@@ -60,7 +60,9 @@ from kvwise.core.models import ModelSpec
 from kvwise.errors import UsageError
 
 # One ring step's latency by link kind, NCCL's own tuning model (LL protocol, ring algorithm):
-# hwLat[NVLINK|PCI|NET][RING][LL] in src/graph/tuning.cc, NCCL 2.18-2.23 (github.com/NVIDIA/nccl)
+# hwLat[NVLINK|PCI|NET][RING][LL] in src/graph/tuning.cc, NCCL 2.18-2.23 (github.com/NVIDIA/nccl).
+# "shm" has no class of its own: ncclTopoTuneModel charges every intra-node path that is not
+# NVLink as PCI (`intraHw[a] = graphs[a]->typeIntra == LINK_NVL ? NCCL_HW_NVLINK : NCCL_HW_PCI`)
 HOP_LATENCY_S = {"nvlink": 0.6e-6, "pci": 1.0e-6, "net": 2.7e-6, "shm": 1.0e-6}
 # NCCL's ring all-reduce cost model for the two protocols it runs over PCIe (tuning.cc, 2.18+):
 # base latency, latency per ring step on PCI, and the share of the bus bandwidth reached
