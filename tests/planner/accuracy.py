@@ -241,6 +241,18 @@ def record_flags(record: dict[str, Any]) -> VllmFlags:
     )
 
 
+def record_use_v1(record: dict[str, Any], version: str) -> bool | None:
+    """VLLM_USE_V1=0 where the record's V0 run names it (0.8.0-0.10.1, where it picks V0).
+
+    A V0 record of those releases that does not name it fell back on its own (an fp8 KV cache
+    off Hopper, a card below compute capability 8.0): the planner has to find that itself.
+    """
+    if record.get("engine") != "V0" or "VLLM_USE_V1=0" not in json.dumps(record):
+        return None
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    return False if (0, 8) <= parts < (0, 10, 2) else None
+
+
 def logged_tokens(record: dict[str, Any]) -> int | None:
     if record.get("kv_cache_tokens"):
         return int(record["kv_cache_tokens"])
@@ -276,7 +288,13 @@ def score(record: dict[str, Any]) -> Scored:
     written = _hub_ids().get(str(record["id"])) or _model_argument(record["model"])
     try:
         model = load_model(written)
-        result = plan(model, record_gpu(record), record_flags(record), vllm_version=version)
+        result = plan(
+            model,
+            record_gpu(record),
+            record_flags(record),
+            vllm_version=version,
+            vllm_use_v1=record_use_v1(record, version),
+        )
     except KvwiseError as exc:
         return Scored(**base, reason=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     if result.verdict_not_modelled is not None:
