@@ -78,7 +78,7 @@ def test_an_fp8_kv_cache_falls_back_to_v0_off_hopper_until_0_10_1() -> None:
     }
     assert engine[("0.10.1.1", "3080 ti")] == engine[("0.9.2", "a100-80gb")] == "V0"
     assert engine[("0.10.1.1", "h100-sxm")] == engine[("0.8.5", "h100-sxm")] == "V1"
-    # compute capability 10.0 takes an fp8 KV cache on V1 from 0.10.1 only
+    # compute capability 10.0 takes an fp8 KV cache on V1 from 0.10.0 only
     assert engine[("0.9.2", "b200")] == "V0"
     assert engine[("0.10.1.1", "b200")] == "V1"
     assert {engine[("0.10.2", gpu)] for gpu in ("3080 ti", "a100-80gb")} == {"V1"}

@@ -197,9 +197,9 @@ def _v1_takes_kv_cache_dtype(flags: VllmFlags, gpu: GpuSpec, wanted: tuple[int, 
 
     `engine/arg_utils.py:EngineArgs._is_v1_supported_oracle` ("No Fp8 KV cache so far"): any
     dtype but auto falls back unless FlashAttention 3 takes fp8 (`fa_utils.flash_attn_supports_fp8`:
-    FA version 3 on compute capability 9.x, Hopper) or, from 0.10.1, the card is compute
-    capability 10.0 (`platforms/cuda.py:is_kv_cache_dtype_supported`). Read at 0.8.5, 0.9.0.1,
-    0.10.1 and 0.10.1.1; 0.10.0 not read (taken as 0.9.0.1). ROCm takes every dtype from 0.9.0
+    FA version 3 on compute capability 9.x, Hopper) or, from 0.10.0, the card is compute
+    capability 10.0 (`platforms/cuda.py:is_kv_cache_dtype_supported`, absent at 0.9.2). Read at
+    0.8.5, 0.9.0.1, 0.9.2, 0.10.0, 0.10.1 and 0.10.1.1. ROCm takes every dtype from 0.9.0
     (`current_platform.is_rocm()` there; 0.10.1 `platforms/rocm.py:is_kv_cache_dtype_supported`).
     """
     if (flags.kv_cache_dtype or "auto") == "auto":
@@ -208,7 +208,7 @@ def _v1_takes_kv_cache_dtype(flags: VllmFlags, gpu: GpuSpec, wanted: tuple[int, 
         return wanted >= (0, 9, 0)
     if gpu.compute_capability.startswith("9."):
         return True
-    return wanted >= (0, 10, 1) and gpu.compute_capability == "10.0"
+    return wanted >= (0, 10, 0) and gpu.compute_capability == "10.0"
 
 
 def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:

@@ -57,7 +57,8 @@ def _non_kv(
     in_budget_bytes = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if in_budget else 0
     return _NonKv(
         # LoRA slots are allocated inside load_model: vLLM logs them as weights
-        weights=memory.weights_bytes(model, resolved) + _lora_bytes(model, flags, resolved, rules),
+        weights=memory.weights_bytes(model, resolved, rules)
+        + _lora_bytes(model, flags, resolved, rules),
         activation=memory.activation_bytes(model, gpu, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
