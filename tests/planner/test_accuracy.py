@@ -123,7 +123,10 @@ def test_third_held_out_batch_figures_do_not_regress(fidelity_report: list[str])
     assert len(scored) >= 28 and len({s.id for s in scored}) == len(scored)
     planned, median_error, verdicts = _figures(scored)
     # at its scoring: 19 of 28 planned (9 re-uploads whose config.json is not in the test hub
-    # cache), 5.7 % over 13 cases (worst 70.3 %), 14 of 19 verdicts
+    # cache), 5.7 % over 13 cases (worst 70.3 %), 14 of 19 verdicts. Its misses were read since
+    # (unseen/README.md): after the rules that reading found (VLLM_USE_V1=0 taken, bitsandbytes'
+    # nested absmax before 0.10, the fp8-KV V0 fallback through 0.10.1) 5.5 % (worst 34.9 %),
+    # 15 of 19 verdicts, figures no longer held out; the floors stay those of the clean scoring
     assert planned >= 19
     assert median_error <= 0.065
     assert verdicts >= 0.7

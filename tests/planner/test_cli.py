@@ -228,3 +228,37 @@ def test_explain_names_a_variant_whose_verdict_is_not_modelled() -> None:
     # a variant that keeps 0.9 says its verdict is not modelled instead of naming an error
     effect = knobs["--block-size 8"]["effect"]
     assert "start/fail verdict not modelled: CUDA-graph capture at TP 4" in effect
+
+
+def test_vllm_use_v1_0_plans_the_v0_engine_of_0_8_to_0_10_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # vllm#15360: the same LLM() on an A10G under 0.8.1, once as is and once with VLLM_USE_V1=0
+    args = ["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "a10g", "--vllm-version", "0.8.1"]
+    args += ["--max-model-len", "6600", "--json"]
+    main(args)
+    v1 = json.loads(capsys.readouterr().out)
+    assert main([*args, "--vllm-use-v1", "0"]) == 0
+    v0 = json.loads(capsys.readouterr().out)
+    assert (v1["engine"], v0["engine"]) == ("V1", "V0")
+    # V0's profile has no sampler pass over max_num_seqs x vocab logits: more room for the KV cache
+    assert v0["kv"]["tokens"] > v1["kv"]["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # 0.10.1's _raise_or_fallback: VLLM_USE_V1=1 turns the fp8-KV fallback into an error
+        (
+            ["--vllm-version", "0.10.1.1", "--kv-cache-dtype", "fp8", "--vllm-use-v1", "1"],
+            "VLLM_USE_V1=1 is not supported with --kv-cache-dtype",
+        ),
+        (["--vllm-version", "0.11.0", "--vllm-use-v1", "0"], "0.8.0-0.10.1 only"),
+    ],
+)
+def test_vllm_use_v1_outside_its_releases_or_with_a_fallback_is_refused(
+    extra: list[str], message: str
+) -> None:
+    done = _run("plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "rtx3090", *extra)
+    assert done.returncode == 2, done.stdout
+    assert message in done.stderr

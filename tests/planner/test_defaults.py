@@ -67,6 +67,25 @@ def test_old_gpus_fall_back_to_v0_in_0_8_to_0_10_1() -> None:
     assert engine_rules(rules_for("0.9.2"), find_gpu("a10"), VllmFlags()).engine == "V1"
 
 
+def test_an_fp8_kv_cache_falls_back_to_v0_off_hopper_until_0_10_1() -> None:
+    # vLLM 0.10.1.1 logs "--kv-cache-dtype is not supported by the V1 Engine. Falling back to V0."
+    # on RTX 3080 Tis (batch f, deutsch-shorts); arg_utils.py:_is_v1_supported_oracle at 0.8.5-0.10.1
+    fp8 = VllmFlags(kv_cache_dtype="fp8")
+    engine = {
+        (version, gpu): engine_rules(rules_for(version), find_gpu(gpu), fp8).engine
+        for version in ("0.8.5", "0.9.2", "0.10.1.1", "0.10.2")
+        for gpu in ("3080 ti", "a100-80gb", "h100-sxm", "b200")
+    }
+    assert engine[("0.10.1.1", "3080 ti")] == engine[("0.9.2", "a100-80gb")] == "V0"
+    assert engine[("0.10.1.1", "h100-sxm")] == engine[("0.8.5", "h100-sxm")] == "V1"
+    # compute capability 10.0 takes an fp8 KV cache on V1 from 0.10.0 only
+    assert engine[("0.9.2", "b200")] == "V0"
+    assert engine[("0.10.1.1", "b200")] == "V1"
+    assert {engine[("0.10.2", gpu)] for gpu in ("3080 ti", "a100-80gb")} == {"V1"}
+    # the auto KV dtype stays on V1 on the same cards
+    assert engine_rules(rules_for("0.10.1.1"), find_gpu("3080 ti"), VllmFlags()).engine == "V1"
+
+
 def test_flags_that_did_not_exist_yet_are_refused() -> None:
     with pytest.raises(InvalidFlagError, match=r"0\.10\.2"):
         plan(

@@ -228,3 +228,19 @@ def test_v0_budget_beyond_free_memory_fails_allocating_kv_not_capturing_graphs()
     )
     assert result.error is not None and result.error.kind == "insufficient_free_memory_at_startup"
     assert "allocating the KV cache" in result.error.message
+
+
+def test_bitsandbytes_keeps_its_nested_absmax_until_0_10() -> None:
+    # in-flight bitsandbytes of Llama-3-8B on a T4: vllm#5569 (vLLM 0.5.0.post1, batch f, examined)
+    # logs "Loading model weights took 5.3128 GB"; through 0.9.2 the absmax stay uint8, 0.10.0's
+    # bitsandbytes_loader._dequantize_dq makes them fp32 (3 more bytes per 64 linear weights)
+    model, t4 = load_model("meta-llama/Meta-Llama-3-8B-Instruct"), find_gpu("t4")
+    flags = VllmFlags(quantization="bitsandbytes", dtype="float16", max_model_len=8192)
+    weights = {
+        v: plan(model, t4, flags, vllm_version=v).memory.weights_bytes / GIB
+        for v in ("0.5.0.post1", "0.9.2", "0.10.0")
+    }
+    assert abs(weights["0.5.0.post1"] - 5.3128) < 0.02
+    assert weights["0.9.2"] == weights["0.5.0.post1"]
+    # 6.98 B quantized linear weights x 3/64 bytes: 0.30 GiB
+    assert 0.28 < weights["0.10.0"] - weights["0.9.2"] < 0.32

@@ -4,6 +4,8 @@ arithmetic of vLLM's source at the release named (docs/vllm_rules.md names file 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
@@ -86,3 +88,19 @@ def test_two_geforce_cards_without_p2p_keep_a_verdict() -> None:
     pair = _plan("Qwen/Qwen2.5-7B-Instruct", "rtx4090", "0.33.0", tensor_parallel_size=2)
     assert pair.verdict_not_modelled is None
     assert pair.starts
+
+
+def test_a_tight_card_names_the_flag_that_says_what_else_holds_it() -> None:
+    # a 4 GB laptop card under Windows/WSL2 (batch f, rtx3050-awq): the desktop holds part of the
+    # card that vLLM's budget does not see; the warning says how to tell kvwise
+    flags = {"gpu_memory_utilization": 0.78, "max_model_len": 4096, "max_num_seqs": 8}
+    flags |= {"max_num_batched_tokens": 2048, "quantization": "awq_marlin", "dtype": "float16"}
+    model, gpu = load_model("Qwen/Qwen2.5-3B-Instruct-AWQ"), find_gpu("rtx3050-laptop")
+    tight = plan(model, gpu, VllmFlags(**flags), vllm_version="0.11.0")  # type: ignore[arg-type]
+    assert tight.starts
+    assert any("--gpu-free-gib" in w for w in tight.warnings)
+    # once the user gives the free memory (here: nothing else on the card), no hint is added
+    idle = replace(gpu, free_bytes=gpu.memory_bytes)
+    told = plan(model, idle, VllmFlags(**flags), vllm_version="0.11.0")  # type: ignore[arg-type]
+    assert told.starts
+    assert not any("--gpu-free-gib" in w for w in told.warnings)

@@ -19,8 +19,10 @@ each vLLM quantization method allocates in `create_weights` (vllm-project/vllm, 
   scales [out, in/16] = 0.5 + 1/16 B/param).
 * bitsandbytes (`bitsandbytes.py`; loader `model_loader/bitsandbytes_loader.py`): 4-bit nf4/fp4
   packed two per byte + one fp32 absmax per 64-weight block. With double quantization the
-  checkpoint stores uint8 absmax, but vLLM's loader dequantizes them back to fp32 at load
-  (`dequantize_dq`), so memory is 0.5 + 4/64 B/param either way. 8-bit: int8 + fp32 row scales.
+  checkpoint stores uint8 absmax, and vLLM 0.10.0+ dequantizes them back to fp32 at load
+  (`_dequantize_dq`), so memory is 0.5 + 4/64 B/param either way; through 0.9.2 the uint8 absmax
+  stay (0.5 + 1/64 B/param, in-flight quantization included: the planner's
+  `memory.weights_bytes` applies the release). 8-bit: int8 + fp32 row scales.
 * ModelOpt (`modelopt.py`, v0.24.0): FP8 (ModelOptFp8LinearMethod: 1 B + per-tensor fp32 scales),
   NVFP4 and W4A16_NVFP4 (ModelOptNvFp4[W4A16]LinearMethod, ModelOptNvFp4FusedMoE: uint8
   [out, in/2] + fp8 scales per 16 weights = 0.5 + 1/16 B/param, plus per-tensor fp32 scales);

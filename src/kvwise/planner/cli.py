@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--vllm-version", help="vLLM release whose accounting to use (default: latest known)"
     )
     parser.add_argument(
+        "--vllm-use-v1",
+        type=int,
+        choices=(0, 1),
+        help="the VLLM_USE_V1 environment variable vLLM 0.8.0-0.10.1 runs with (0: the V0 engine)",
+    )
+    parser.add_argument(
         "--engine",
         type=_engine,
         default="vllm",
@@ -174,7 +180,15 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
         from kvwise.planner.sglang import run_sglang
 
         return run_sglang(model, gpu, flags, as_json=args.json, sglang=sglang_flags_from_args(args))
-    result = plan(model, gpu, flags, vllm_version=args.vllm_version, host_ram_available_bytes=host)
+    use_v1 = None if args.vllm_use_v1 is None else bool(args.vllm_use_v1)
+    result = plan(
+        model,
+        gpu,
+        flags,
+        vllm_version=args.vllm_version,
+        host_ram_available_bytes=host,
+        vllm_use_v1=use_v1,
+    )
     if args.explain:
         from kvwise.planner.explain import run_explain
 

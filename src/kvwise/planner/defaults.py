@@ -154,21 +154,61 @@ _CONFIG_LEVEL_RULES = (
 )
 
 
-def engine_rules(rules: VersionRules, gpu: GpuSpec, flags: VllmFlags) -> VersionRules:
-    """vLLM 0.8-0.10 silently fall back to the V0 engine for some set-ups."""
+def engine_rules(
+    rules: VersionRules, gpu: GpuSpec, flags: VllmFlags, use_v1: bool | None = None
+) -> VersionRules:
+    """vLLM 0.8-0.10 silently fall back to the V0 engine for some set-ups.
+
+    `use_v1`: the user's VLLM_USE_V1 (None: unset). 0.8.0-0.10.1
+    `engine/arg_utils.py:EngineArgs.create_engine_config`: 0 runs V0; unset falls back to V0
+    where `_is_v1_supported_oracle` says no; 1 makes that fallback an error (`_raise_or_fallback`).
+    """
     wanted = parse_version(rules.version)
+    if use_v1 is not None and not ((0, 8) <= wanted < (0, 10, 2)):
+        raise InvalidFlagError(
+            f"VLLM_USE_V1 chooses the engine on vLLM 0.8.0-0.10.1 only; {rules.version} runs "
+            f"{rules.engine} alone (kvwise models V1 from 0.8.0, V0 until 0.10.1)"
+        )
     if rules.engine != "V1" or wanted >= (0, 10, 2):
         return rules
     old_gpu = not gpu.supports_bf16  # compute capability < 8.0 (V100, T4): V0 until 0.10.1
-    fp8_kv = (flags.kv_cache_dtype or "auto").startswith("fp8") and wanted < (0, 9, 0)
-    fp8_kv = fp8_kv and gpu.compute_capability != "9.0"  # 0.8.x: fp8 KV only with FA3 (Hopper)
-    if old_gpu or fp8_kv:
+    unsupported = (
+        "Compute Capability < 8.0"
+        if old_gpu
+        else None
+        if _v1_takes_kv_cache_dtype(flags, gpu, wanted)
+        else "--kv-cache-dtype"
+    )
+    if use_v1 and unsupported:
+        raise InvalidFlagError(
+            f"NotImplementedError: VLLM_USE_V1=1 is not supported with {unsupported}."
+        )
+    if use_v1 is False or unsupported:
         v0 = _merged(_rules_data()["last_v0_default"])
         release = _merged(rules.version)
         # the engine's accounting is V0's; what vllm/config.py and the argument parser decide
         # (dtype, flag choices, defaults) is still this release's
         return _to_rules(rules.version, v0 | {k: release[k] for k in _CONFIG_LEVEL_RULES})
     return rules
+
+
+def _v1_takes_kv_cache_dtype(flags: VllmFlags, gpu: GpuSpec, wanted: tuple[int, ...]) -> bool:
+    """Whether V1 0.8.0-0.10.1 runs this --kv-cache-dtype rather than falling back to V0.
+
+    `engine/arg_utils.py:EngineArgs._is_v1_supported_oracle` ("No Fp8 KV cache so far"): any
+    dtype but auto falls back unless FlashAttention 3 takes fp8 (`fa_utils.flash_attn_supports_fp8`:
+    FA version 3 on compute capability 9.x, Hopper) or, from 0.10.0, the card is compute
+    capability 10.0 (`platforms/cuda.py:is_kv_cache_dtype_supported`, absent at 0.9.2). Read at
+    0.8.5, 0.9.0.1, 0.9.2, 0.10.0, 0.10.1 and 0.10.1.1. ROCm takes every dtype from 0.9.0
+    (`current_platform.is_rocm()` there; 0.10.1 `platforms/rocm.py:is_kv_cache_dtype_supported`).
+    """
+    if (flags.kv_cache_dtype or "auto") == "auto":
+        return True
+    if gpu.is_rocm:
+        return wanted >= (0, 9, 0)
+    if gpu.compute_capability.startswith("9."):
+        return True
+    return wanted >= (0, 10, 0) and gpu.compute_capability == "10.0"
 
 
 def _batch_defaults(rules: VersionRules, gpu: GpuSpec) -> tuple[int, int]:

@@ -103,7 +103,9 @@ def _variant(base: Plan, flags: VllmFlags, knob: Knob) -> Effect | None:
     model = base.model if model_id == base.model.model_id else load_model(model_id)
     delta = {k: v for k, v in changed.set_values().items() if flags.set_values().get(k) != v}
     try:
-        after = plan(model, base.gpu, changed, vllm_version=base.vllm_version)
+        after = plan(
+            model, base.gpu, changed, vllm_version=base.vllm_version, vllm_use_v1=base.vllm_use_v1
+        )
     except KvwiseError as exc:
         return Effect(knob, delta, None, str(exc))
     return Effect(knob, delta, after, _note(base, after))

@@ -9,11 +9,14 @@ special-cased. docs/vllm_rules.md lists the rules per release family.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from typing import Any
 
 from kvwise.core.gpus import GIB, GpuSpec
 from kvwise.core.models import DTYPE_BYTES, ModelSpec
+from kvwise.core.quant import QuantSpec
 from kvwise.core.weights import weight_bytes_per_rank
-from kvwise.planner.defaults import VersionRules, quant_for
+from kvwise.planner.defaults import VersionRules, parse_version, quant_for
 from kvwise.planner.result import ResolvedFlags
 
 # --- activation peak of the profile run -------------------------------------------------------
@@ -178,8 +181,30 @@ def runtime_dtype_bytes(resolved: ResolvedFlags) -> int:
     return DTYPE_BYTES[resolved.dtype]
 
 
-def weights_bytes(model: ModelSpec, resolved: ResolvedFlags) -> int:
-    quant = quant_for(model, resolved)
+# bitsandbytes 4-bit with nested ("double") quantization of the absmax: vLLM 0.10.0+ dequantizes
+# the nested absmax to one fp32 per 64 weights at load (`bitsandbytes_loader.py:_dequantize_dq`);
+# through 0.9.2 the state is kept nested, one uint8 absmax per 64 weights (bitsandbytes'
+# `quantize_4bit(compress_statistics=True)`, which vLLM's in-flight quantization always passes:
+# 0.5.0 `model_loader/loader.py:BitsAndBytesModelLoader`, 0.9.2 `bitsandbytes_loader.py`). The
+# nested level's own fp32 absmax (one per 256 blocks) and code table are under 0.03 % of the
+# weights and not counted. Read at 0.5.0.post1, 0.8.5, 0.9.0.1, 0.9.2, 0.10.0, 0.10.1, 0.11.0.
+BNB_ABSMAX_DEQUANTIZED_SINCE = (0, 10, 0)
+
+
+def _release_quant(model: ModelSpec, quant: QuantSpec | None, rules: VersionRules | None) -> Any:
+    if rules is None or quant is None or quant.method != "bitsandbytes" or quant.bits != 4:
+        return quant
+    nested = model.quant is None or "double-quant" in quant.scheme  # in-flight, or the checkpoint's
+    if nested and parse_version(rules.version) < BNB_ABSMAX_DEQUANTIZED_SINCE:
+        return replace(quant, scale_bytes=1)
+    return quant
+
+
+def weights_bytes(
+    model: ModelSpec, resolved: ResolvedFlags, rules: VersionRules | None = None
+) -> int:
+    """The weights vLLM holds per rank; `rules` (the release) decides bitsandbytes' absmax."""
+    quant = _release_quant(model, quant_for(model, resolved), rules)
     weights = weight_bytes_per_rank(
         model,
         tp=resolved.tensor_parallel_size,

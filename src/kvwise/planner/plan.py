@@ -57,7 +57,8 @@ def _non_kv(
     in_budget_bytes = int(graphs * memory.GRAPH_ESTIMATE_FRACTION) if in_budget else 0
     return _NonKv(
         # LoRA slots are allocated inside load_model: vLLM logs them as weights
-        weights=memory.weights_bytes(model, resolved) + _lora_bytes(model, flags, resolved, rules),
+        weights=memory.weights_bytes(model, resolved, rules)
+        + _lora_bytes(model, flags, resolved, rules),
         activation=memory.activation_bytes(model, gpu, resolved, rules),
         non_torch=memory.non_torch_bytes(model, gpu, resolved, rules),
         graphs_actual=graphs,
@@ -223,14 +224,16 @@ def plan(
     num_gpus: int | None = None,
     host_ram_available_bytes: int | None = None,
     startup_free_bytes: int | None = None,
+    vllm_use_v1: bool | None = None,
 ) -> Plan:
     """Predict what vLLM logs and decides at start-up (all memory figures per GPU).
 
     `startup_free_bytes`: the free memory vLLM itself reported at start-up (its snapshot, the
     CUDA context already taken), when known; otherwise `gpu.free_bytes` (NVML, before vLLM)
-    less the context, or the whole card less the context.
+    less the context, or the whole card less the context. `vllm_use_v1`: the VLLM_USE_V1
+    environment variable as set (None: unset), which picks the engine on 0.8.0-0.10.1.
     """
-    rules = engine_rules(rules_for(vllm_version), gpu, flags)
+    rules = engine_rules(rules_for(vllm_version), gpu, flags, vllm_use_v1)
     model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
     if model.vision is not None:
@@ -295,5 +298,6 @@ def plan(
         warnings=(),
         setup_not_modelled=memory.setup_not_modelled(gpu, resolved, rules),
         verdict_not_modelled=verdict_not_modelled,
+        vllm_use_v1=vllm_use_v1,
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

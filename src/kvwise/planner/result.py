@@ -122,6 +122,7 @@ class Plan:
     warnings: tuple[str, ...]
     setup_not_modelled: tuple[str, ...] = ()  # parts of this set-up (not the model) not sized
     verdict_not_modelled: str | None = None  # "not modelled: …" where start/fail is not known
+    vllm_use_v1: bool | None = None  # VLLM_USE_V1 as the user set it (None: unset)
 
     @property
     def starts(self) -> bool:

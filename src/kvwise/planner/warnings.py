@@ -53,9 +53,15 @@ def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
         )
     headroom = mem.total_bytes - mem.peak_device_bytes
     if plan.starts and headroom < 0.5 * GIB:
+        hint = (
+            ""
+            if plan.gpu.free_bytes is not None
+            else ": give --gpu-free-gib with the free memory nvidia-smi shows (a Windows/WSL2 "
+            "desktop holds part of the card) to have it checked"
+        )
         out.append(
             f"only {headroom / GIB:.2f} GiB of the device stay outside vLLM's footprint; anything else "
-            "on the card (desktop, another process) will make start-up fail"
+            f"on the card (desktop, another process) will make start-up fail{hint}"
         )
     if rules.engine == "V1" and not flags.enforce_eager:
         # v1/worker/gpu_worker.py:determine_available_memory runs profile_run() inside
