@@ -92,15 +92,15 @@ def test_multimodal_plan_names_the_part_it_does_not_model() -> None:
         vllm_version="0.19.0",
     )
     assert any("vision encoder profiling" in p for p in result.to_json()["not_modelled"])
-    assert (
-        plan(
-            load_model("Qwen/Qwen2.5-7B-Instruct"),
-            find_gpu("H100"),
-            VllmFlags(),
-            vllm_version="0.19.0",
-        ).to_json()["not_modelled"]
-        == []
-    )
+    text_only = plan(
+        load_model("Qwen/Qwen2.5-7B-Instruct"),
+        find_gpu("H100"),
+        VllmFlags(),
+        vllm_version="0.19.0",
+    ).to_json()["not_modelled"]
+    # a text model has no encoder part; what remains is the set-up's (a cold torch.compile)
+    assert not any("vision" in part or "encoder" in part for part in text_only)
+    assert all("torch.compile" in part for part in text_only)
 
 
 def test_kimi_k2_and_qwen3_next_plan_from_the_catalog() -> None:

@@ -58,14 +58,14 @@ def test_the_plan_names_the_first_start_shortfall_the_l4_logs_show() -> None:
     assert abs(result.kv.tokens - logged_again) < abs(result.kv.tokens - logged_first)
     assert logged_first < result.kv.tokens
     # ... and says that a first start can get less, which kvwise does not size
-    assert any(WARNING in w and "vllm#54383" in w for w in result.warnings)
+    assert any(WARNING in w and "vllm#54383" in w for w in result.not_modelled)
 
 
 def test_enforce_eager_compiles_nothing_and_v0_had_no_compile() -> None:
     first = _record(FIRST_START)
-    assert not any(WARNING in w for w in _plan(first, enforce_eager=True).warnings)
+    assert not any(WARNING in w for w in _plan(first, enforce_eager=True).not_modelled)
     with emulated_hub():
         qwen25 = load_model("Qwen/Qwen2.5-7B-Instruct")  # a model 0.6.3 ran
         v0 = plan(qwen25, record_gpu(first), VllmFlags(max_model_len=4096), vllm_version="0.6.3")
     assert v0.engine == "V0"
-    assert not any(WARNING in w for w in v0.warnings)
+    assert not any(WARNING in w for w in v0.not_modelled)

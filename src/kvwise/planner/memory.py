@@ -354,6 +354,15 @@ def nccl_graph_capture_not_modelled(
     )
 
 
+# v1/worker/gpu_worker.py:determine_available_memory runs profile_run() inside memory_profiling,
+# and that first forward is where compilation/decorators.py compiles the model unless
+# _try_load_aot_compiled_fn finds its artifact on disk (read at 0.20.0, 0.26.0, 0.28.0): a cold
+# compile's allocations are charged to the budget. Their size is Inductor's and Triton's, not
+# vLLM's (vllm#54383, #54122)
+COLD_COMPILE_NOT_MODELLED = (
+    "a first start of these flags (empty torch.compile cache) compiles inside vLLM's memory "
+    "profile and can get less KV cache than a restart (vllm#54383); that memory is not sized"
+)
 NCCL_INIT_NOT_MODELLED = (
     "NCCL communicator memory set up before vLLM's memory snapshot (0.11+, "
     "init_worker_distributed_environment): it lowers the free memory at the start-up check and "
@@ -378,6 +387,8 @@ def setup_not_modelled(
     is_multi_gpu = resolved.tensor_parallel_size * resolved.pipeline_parallel_size > 1
     if is_multi_gpu and rules.distributed_init_before_snapshot:
         out += (NCCL_INIT_NOT_MODELLED,)
+    if rules.engine == "V1" and not resolved.enforce_eager:
+        out += (COLD_COMPILE_NOT_MODELLED,)
     return out
 
 

@@ -63,16 +63,6 @@ def _device_warnings(plan: Plan, rules: VersionRules) -> list[str]:
             f"only {headroom / GIB:.2f} GiB of the device stay outside vLLM's footprint; anything else "
             f"on the card (desktop, another process) will make start-up fail{hint}"
         )
-    if rules.engine == "V1" and not flags.enforce_eager:
-        # v1/worker/gpu_worker.py:determine_available_memory runs profile_run() inside
-        # memory_profiling, and that first forward is where compilation/decorators.py compiles
-        # the model unless _try_load_aot_compiled_fn finds its artifact on disk (read at 0.20.0,
-        # 0.26.0, 0.28.0): a cold compile's allocations are charged to the budget. Their size is
-        # Inductor's and Triton's, not vLLM's: not sized (vllm#54383, #54122)
-        out.append(
-            "a first start of these flags (empty torch.compile cache) compiles inside vLLM's "
-            "memory profile and can get less KV cache than a restart (vllm#54383); not sized"
-        )
     if not mem.cuda_graph_in_budget and not flags.enforce_eager:
         # 0.20-0.28 deduct the estimate, but Model Runner V2 estimates 0 before 0.29
         why = " (Model Runner V2 estimates none)" if rules.cuda_graph_in_budget else ""
