@@ -74,3 +74,22 @@ def test_sglangs_documented_page_gives_the_same_figures() -> None:
     assert snapshot.figure(GAUGES["num_requests_running"]) == 162
     assert snapshot.figure(GAUGES["num_requests_waiting"]) == 2826
     assert snapshot.figure(GAUGES["kv_cache_usage"]) == 0.28
+
+
+def test_api_server_cpu_is_read_from_vllm_only() -> None:
+    # prometheus_client's process collector is on every Python server's /metrics; only vLLM's
+    # API server is the cost `kvwise calibrate` turns into CPU per streamed token
+    cpu = 'process_cpu_seconds_total 12.5\n{}_generation_tokens_total{{model_name="tiny"}} {}\n'
+    vllm = server_report(
+        parse_prometheus(cpu.format("vllm:", 100)),
+        parse_prometheus(cpu.replace("12.5", "14.5").format("vllm:", 1100)),
+        None,
+    )
+    sglang = server_report(
+        parse_prometheus(cpu.format("sglang:", 100)),
+        parse_prometheus(cpu.replace("12.5", "14.5").format("sglang:", 1100)),
+        None,
+    )
+    assert vllm is not None and vllm["api_server_cpu_s"] == pytest.approx(2.0)
+    assert sglang is not None and sglang["generation_tokens"] == 1000
+    assert "api_server_cpu_s" not in sglang

@@ -133,6 +133,10 @@ def server_report(
         start, end = before.figure(names), after.figure(names)
         if start is not None and end is not None:
             report[key] = end - start
+    if "vllm:generation_tokens_total" not in after.values:
+        # process_cpu_seconds_total is whichever process serves /metrics: vLLM's API server is
+        # what kvwise.sim.frontend models; SGLang's (or a gateway's) process is not that cost
+        report.pop("api_server_cpu_s", None)
     for phase in PHASES:
         name = f"vllm:request_{phase}_time_seconds"
         total_s = _delta(before, after, f"{name}_sum")
