@@ -79,7 +79,7 @@ def test_sglangs_documented_page_gives_the_same_figures() -> None:
 def test_api_server_cpu_is_read_from_vllm_only() -> None:
     # prometheus_client's process collector is on every Python server's /metrics; only vLLM's
     # API server is the cost `kvwise calibrate` turns into CPU per streamed token
-    cpu = 'process_cpu_seconds_total 12.5\n{}_generation_tokens_total{{model_name="tiny"}} {}\n'
+    cpu = 'process_cpu_seconds_total 12.5\n{}generation_tokens_total{{model_name="tiny"}} {}\n'
     vllm = server_report(
         parse_prometheus(cpu.format("vllm:", 100)),
         parse_prometheus(cpu.replace("12.5", "14.5").format("vllm:", 1100)),
