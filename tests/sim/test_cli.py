@@ -227,3 +227,15 @@ def test_without_history_trimming_turns_past_the_context_are_rejected(
     whole = _run_json([*BASE, *AGENT, "--no-history-trimming"], capsys)
     assert whole["rejected"] > 0
     assert whole["completed"] + whole["rejected"] < 6 * 20  # a session ends at its first refusal
+
+
+def test_the_report_names_the_gpus_and_link_a_replica_spans(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a user who asked for two PCIe A100s without peer-to-peer sees that this is what ran
+    args = ["simulate", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "a100-80gb-pcie", *SMALL]
+    assert main([*args, "--tensor-parallel-size", "2", "--interconnect", "pcie-nop2p"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "TP 2 x PP 1 on 2 x A100 PCIe 80GB" in text and "peer-to-peer" in text
+    assert main(args) == 0
+    assert "TP " not in capsys.readouterr().out  # one GPU: nothing to say

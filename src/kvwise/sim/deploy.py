@@ -39,6 +39,7 @@ class Deployment:
     config: SimConfig
     plan: Plan
     coefficients_note: str = ""  # where the step-time coefficients come from, for reports
+    gpus_note: str = ""  # the GPUs one replica spans and their links, for reports ("": one GPU)
 
 
 def _reserve_full_isl(version: str) -> bool:
@@ -109,7 +110,14 @@ def deployment(
         # fitted sets come from runs with graphs)
         chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
     config = SimConfig(engine, cost, chosen, label)
-    return Deployment(config, result, note)
+    num_gpus = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
+    if topology is not None and topology.nodes > 1:
+        gpus_note = f"nodes x GPUs: {topology.describe(gpu)}"
+    elif topology is not None:
+        gpus_note = f"{num_gpus} x {gpu.name} ({topology.links(gpu)[0].name})"
+    else:
+        gpus_note = f"{num_gpus} x {gpu.name} (the card's own link)" if num_gpus > 1 else ""
+    return Deployment(config, result, note, gpus_note)
 
 
 def _comm(

@@ -235,6 +235,12 @@ def _deployment_line(run: Run) -> str:
         f"{e.block_size}), max_num_seqs {e.max_num_seqs}, max_num_batched_tokens "
         f"{e.max_num_batched_tokens}, max_model_len {e.max_model_len:,}"
     )
+    if run.deployment.gpus_note:
+        tp, pp = (
+            run.deployment.plan.flags.tensor_parallel_size,
+            run.deployment.plan.flags.pipeline_parallel_size,
+        )
+        line += f"; TP {tp} x PP {pp} on {run.deployment.gpus_note}"
     budget = run.deployment.config.history_budget_tokens
     if budget is not None:
         line += (
