@@ -19,6 +19,7 @@ from kvwise.doctor.signals import (
     STAGE_FRAMES,
     Hit,
     frames_after,
+    frames_and_calls,
     frames_before,
     stage_of_frames,
 )
@@ -181,6 +182,16 @@ def _frame_line(parsed: ParsedLog, index: int, words: tuple[str, ...]) -> LogLin
     return None
 
 
+def _stage_line(parsed: ParsedLog, start: int, words: tuple[str, ...]) -> LogLine | None:
+    """The traceback line (a frame or the call in it) that shows the stage."""
+    window = parsed.log.lines[start : start + 400]
+    for word in words:
+        for line in window:
+            if line.message.endswith(f"in {word}") or f"{word}(" in line.message:
+                return line
+    return None
+
+
 def _last_phase_before(parsed: ParsedLog, line: LogLine) -> tuple[str, LogLine] | None:
     """The last stage vLLM reported before `line`, by vLLM's timestamps when every line has
     one (processes interleave their output), else by position."""
@@ -299,11 +310,39 @@ def _oom_mentioned(parsed: ParsedLog) -> Diagnosis | None:
     hits = parsed.signals.get("oom_mentioned", ())
     if not hits:
         return None
+    stage, stage_line = _reported_oom_stage(parsed)
+    if stage is None:
+        summary = (
+            "The text reports running out of memory but contains no error message from vLLM or "
+            "PyTorch to place it; the stage is unknown."
+        )
+        return Diagnosis(kinds.CUDA_OOM, summary, _lines(*hits[:3]), hits[0].line.number)
+    kind = kinds.KIND_OF_STAGE.get(stage, kinds.CUDA_OOM)
+    anchor = stage_line.number if stage_line is not None else hits[0].line.number
     summary = (
-        "The text reports running out of memory but contains no error message from vLLM or "
-        "PyTorch to place it; the stage is unknown."
+        f"{explain.summarize(kind, parsed, anchor)} (The text reports running out of memory "
+        "without PyTorch's message; the stage is read from the log pasted with it.)"
     )
-    return Diagnosis(kinds.CUDA_OOM, summary, _lines(*hits[:3]), hits[0].line.number)
+    return Diagnosis(kind, summary, _lines(*hits[:2], stage_line), anchor, stage)
+
+
+def _reported_oom_stage(parsed: ParsedLog) -> tuple[str | None, LogLine | None]:
+    """Where an OOM the user reports (no error line pasted) happened: a traceback pasted with
+    it, else the stage after the last one the log reached (the log stops where vLLM died)."""
+    for index, line in enumerate(parsed.log.lines):
+        if "Traceback" in line.message or 'File "' in line.message:
+            stage = stage_of_frames(frames_and_calls(parsed.log, index))
+            if stage is not None:
+                return stage, _stage_line(parsed, index, STAGE_FRAMES[stage])
+            break
+    last = parsed.log.lines[-1] if parsed.log.lines else None
+    reached = None if last is None else _last_phase_before(parsed, last)
+    if reached is None:
+        return None, None
+    phase, line = reached
+    stage = kinds.stage_after_phase(phase, parsed.engine)
+    # a log that reached serving says nothing of a start-up OOM the text reports
+    return (None, None) if stage in (None, "runtime") else (stage, line)
 
 
 def _unknown(parsed: ParsedLog) -> Diagnosis:

@@ -51,7 +51,7 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     ),
     "total_bytes": (
         r"total_gpu_memory\s*(?:[=(]\s*)?" + _SIZE,
-        r"has a total capacity of\s+" + _SIZE,
+        r"has a total capaci?ty of\s+" + _SIZE,  # PyTorch 2.1 prints "capacty"
         r"Free memory on device[^()\n]*\(\s*-?[\d.]+\s*/\s*" + _SIZE + r"\s*\)",
     ),
     "budget_bytes": (

@@ -10,6 +10,7 @@ the smallest gpu_memory_utilization.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -120,8 +121,28 @@ def _fp8_kv(ctx: FixContext) -> Option | None:
     return Option({"kv_cache_dtype": "fp8"}, reason, {"kv_cache_dtype": dtype}, ratio is not None)
 
 
+_MAMBA_BLOCKS = re.compile(
+    r"max_num_seqs \((?P<seqs>\d+)\) exceeds available Mamba cache blocks \((?P<blocks>\d+)\)"
+)
+
+
+def _seqs_within_mamba_blocks(ctx: FixContext) -> Option | None:
+    """A hybrid model's state blocks below max_num_seqs: vLLM's own message names the most
+    sequences its blocks hold (one Mamba state block per decoding sequence)."""
+    for line in ctx.diagnosis.evidence:
+        match = _MAMBA_BLOCKS.search(line.message)
+        if match is not None:
+            blocks, seqs = int(match["blocks"]), int(match["seqs"])
+            reason = (
+                f"lower --max-num-seqs from {seqs} to {blocks}: vLLM found {blocks} Mamba cache "
+                "blocks and every decoding sequence needs one"
+            )
+            return Option({"max_num_seqs": blocks}, reason, {"max_num_seqs": seqs}, from_log=True)
+    return None
+
+
 def no_kv_memory_options(ctx: FixContext) -> list[Option]:
-    options = [_util_above_non_kv(ctx), _back_to_default_util(ctx)]
+    options = [_seqs_within_mamba_blocks(ctx), _util_above_non_kv(ctx), _back_to_default_util(ctx)]
     util = logged_util(ctx)
     if util is not None:
         found = smallest_utilization(ctx, util)

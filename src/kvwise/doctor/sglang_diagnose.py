@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kvwise.doctor import kinds
 from kvwise.doctor.sglang_log import SglangLog
+from kvwise.doctor.signals import SIGNALS
 from kvwise.doctor.text import LogLine
 
 NOT_ENOUGH = (
@@ -26,6 +27,8 @@ INPUT_TOO_LONG = (
     r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
 )
 RETRACT = r"KV cache pool is full\. Retract requests"
+# a user saying OOM without pasting the error: the vLLM doctor's wordings (signals.py)
+OOM_REPORTED = "|".join(f"(?:{p})" for p in SIGNALS["oom_mentioned"])
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,19 @@ def _retract(log: SglangLog) -> SglangDiagnosis | None:
     return SglangDiagnosis(kinds.PREEMPTION, summary, (hit[0],))
 
 
+def _oom_reported(log: SglangLog) -> SglangDiagnosis | None:
+    hit = log.first(OOM_REPORTED)
+    if hit is None:
+        return None
+    summary = (
+        "The text reports running out of memory but contains no error message from SGLang or "
+        "PyTorch to place it; the stage is unknown."
+    )
+    return SglangDiagnosis(kinds.CUDA_OOM, summary, (hit[0],))
+
+
 def classify_sglang(log: SglangLog) -> SglangDiagnosis:
-    for rule in (_not_enough, _graph_oom, _input_too_long, _other_oom, _retract):
+    for rule in (_not_enough, _graph_oom, _input_too_long, _other_oom, _retract, _oom_reported):
         found = rule(log)
         if found is not None:
             return found

@@ -25,6 +25,9 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     "no_kv_cache_memory": (
         r"No available memory for the cache blocks",
         r"Cannot auto-fit max_model_len: not enough GPU memory",
+        # hybrid (Mamba / Gated DeltaNet) models: fewer state blocks than sequences to decode,
+        # raised before graph capture (vllm-project/vllm#49064, 0.28.0)
+        r"max_num_seqs \(\d+\) exceeds available Mamba cache blocks \(\d+\)",
     ),
     "insufficient_free_memory_at_startup": (
         r"Free memory on device[^\n]{0,80}?on startup is less than desired GPU memory utilization",
@@ -40,6 +43,9 @@ SIGNALS: dict[str, tuple[str, ...]] = {
         r"cudaErrorMemoryAllocation",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         r"HIP out of memory",
+        # the CUDA caching allocator's failure, when only its sentence is pasted
+        # (c10/cuda/CUDACachingAllocator.cpp: "Tried to allocate 20.00 MiB")
+        r"Tried to allocate \d+(?:\.\d+)? (?:GiB|MiB|KiB)",
     ),
     # a user saying OOM without pasting the error
     # (not vLLM's own hint "If you are running out of memory, consider decreasing ...")
@@ -253,6 +259,28 @@ def frames_after(log: LogText, index: int, window: int = 80) -> list[str]:
         match = _FRAME.search(later.message)
         if match:
             names += [match["func"], match["path"].rsplit("/", 1)[-1]]
+    return names
+
+
+_CALL = re.compile(r"^\s*(?:[\w.]+\s*=\s*)?(?:self\.)?(?:\w+\.)*(?P<func>\w+)\(")
+
+
+def frames_and_calls(log: LogText, start: int, window: int = 400) -> list[str]:
+    """Frames of a traceback from line `start` on, with the functions its source lines call
+    (`self.model_runner.capture_model()` under `compile_or_warm_up_model`): a pasted traceback
+    cut with '...' often keeps the call while the frame of the callee was left out."""
+    names: list[str] = []
+    after_frame = False
+    for line in log.lines[start : start + window]:
+        match = _FRAME.search(line.message)
+        if match:
+            names += [match["func"], match["path"].rsplit("/", 1)[-1]]
+            after_frame = True
+            continue
+        call = _CALL.match(line.message) if after_frame else None
+        if call:
+            names.append(call["func"])
+        after_frame = False
     return names
 
 

@@ -19,7 +19,8 @@ _UNIT = r"(GiB|MiB|KiB|bytes)"
 _AMOUNT = r"(\d+(?:\.\d+)?) " + _UNIT
 _HOLDER = re.compile(r"Process (\d+) has " + _AMOUNT + " memory in use")
 _SELF = re.compile(r"this process has " + _AMOUNT + " memory in use")
-_TOTAL = re.compile(r"total capacity of " + _AMOUNT + " of which " + _AMOUNT + " is free")
+# PyTorch 2.1 prints "total capacty" (corrected in 2.2)
+_TOTAL = re.compile(r"total capaci?ty of " + _AMOUNT + " of which " + _AMOUNT + " is free")
 _SIZES = re.compile(
     r"Tried to allocate (?P<tried>\d+(?:\.\d+)?) (?P<tried_unit>GiB|MiB|KiB|bytes)[^\n]*?"
     r"of which (?P<free>\d+(?:\.\d+)?) (?P<free_unit>GiB|MiB|KiB|bytes) is free"
