@@ -3,8 +3,9 @@ scored by tests/doctor/out_of_sample.py (cause, stage, the fix against the user'
 every excluded record named there). `benchmarks/doctor_accuracy.py` prints the same per record;
 benchmarks/results/doctor_accuracy.txt keeps the figures.
 
-Floors: the measured counts less a margin (one record, or a tenth of the batch if larger), so
-that a change to the doctor that loses a record the batch had right fails here.
+Floors: the measured counts less a tenth of the batch (rounded down: none in a batch under ten),
+so that a change to the doctor that loses a record a small batch had right fails here. Batch d
+(0 of its 2 failures right) has nothing to guard and is only printed by the benchmark.
 - a-d and SGLang: measured after the doctor fixes made from their misses (2026-12-02), so these
   floors are out-of-sample for the doctor's design but not blind;
 - e, f: held out and clean: their one scoring (2026-12-02 15:58 UTC, before any doctor change;
@@ -24,7 +25,6 @@ MEASURED = {
     "a": (25, 15, 0),
     "b": (11, 11, 0),
     "c": (13, 14, 1),
-    "d": (0, 0, 0),
     "e": (5, 5, 1),  # held out, clean
     "f": (3, 3, 0),  # held out, clean
     "sglang b": (2, 0, 0),
@@ -33,7 +33,7 @@ MEASURED = {
 
 
 def _floor(measured: int, total: int) -> int:
-    return max(0, measured - max(1, math.ceil(0.1 * total)))
+    return max(0, measured - math.floor(0.1 * total))
 
 
 @pytest.fixture(scope="module")
