@@ -205,11 +205,35 @@ def run_unseen_case(case: Case, seed: int = 0) -> SimResult:
     )
 
 
+def reprinted(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Records whose published result block is, figure for figure, that of an earlier record
+    of the same source: one run printed twice, to be counted once. gpustack's
+    qwen3-8b/h100-latency.md prints its vLLM `--max-concurrency 4` run under "1. Choosing the
+    Inference Engine" and again as "BS=4" under "Other Benchmark Cases" (duration 44.40 s,
+    median TTFT 60.26 ms in both); glm-4.5-air/h100.md's "Other Benchmark Cases" blocks are
+    a100.md's, to the hundredth (one card's run pasted into both docs). Id -> the earlier id."""
+    first: dict[tuple[str, str], str] = {}
+    repeats = {}
+    for record in records:
+        source = record["id"].split("-", 1)[0]
+        key = (source, json.dumps(record["metrics"], sort_keys=True))
+        if key in first:
+            repeats[record["id"]] = first[key]
+        else:
+            first[key] = record["id"]
+    return repeats
+
+
 def load_unseen(path: str | Path) -> tuple[list[Case], list[Skipped]]:
     records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    repeats = reprinted(records)
     cases: list[Case] = []
     skipped: list[Skipped] = []
     for record in records:
+        if record["id"] in repeats:
+            reason = f"the source prints the same result block as {repeats[record['id']]}"
+            skipped.append(Skipped(record["id"], reason))
+            continue
         outcome = case_from_unseen_record(record)
         (cases if isinstance(outcome, Case) else skipped).append(outcome)  # type: ignore[arg-type]
     return cases, skipped

@@ -22,7 +22,8 @@ from tests.sim.loso import regime
 DATA = (
     Path(__file__).resolve().parents[1] / "data/validation/unseen/serving_benchmarks_unseen.jsonl"
 )
-SCORED_IN_THE_COMMITTED_RUN = 188
+# 188 before h100, which counted gpustack's Qwen3-8B H100 max-concurrency-4 run twice (the doc prints it twice)
+SCORED_IN_THE_COMMITTED_RUN = 187
 # median |relative error| of the committed run (benchmarks/results/sim_fidelity_unseen.txt)
 # per (class, regime) with at least 10 points: throughput, mean TPOT, median TTFT
 # p2p14: the two-A100 runs without P2P over pcie-nop2p moved datacenter / overload to 17.7 / 18.0 /
@@ -114,3 +115,26 @@ def test_a_sweep_point_starts_with_the_prompts_of_the_earlier_points_on_its_serv
     fresh = by_id["dennislee22-test4-run02-n10-in1024-out1024"]  # first run of its server
     assert [r.num_prompts for r in fresh.earlier_runs] == [1]
     assert fresh.earlier_runs[0].input_len == fresh.workload.input_len
+
+
+def test_a_run_the_source_prints_twice_is_scored_once() -> None:
+    """gpustack's qwen3-8b/h100-latency.md prints its vLLM --max-concurrency 4 run twice (the
+    engine comparison, then 'BS=4'): two records, one run. Counting it twice would weigh that
+    run double in the H100 figures."""
+    records = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    cases, skipped = load_unseen(DATA)
+    first = (
+        "gpustack-qwen3-8b-h100-latency-1-choosing-the-inference-engin-sharegpt-Qwen3-8B-default"
+    )
+    again = "gpustack-qwen3-8b-h100-latency-other-benchmark-cases-bs-4-Qwen3-8B-default"
+    by_id = {r["id"]: r for r in records}
+    assert by_id[first]["metrics"] == by_id[again]["metrics"]
+    assert first in {c.case_id for c in cases}
+    reasons = {s.case_id: s.reason for s in skipped}
+    assert again not in {c.case_id for c in cases}
+    assert first in reasons[again]
+    # the other concurrencies of the same doc are distinct runs and stay
+    assert {
+        f"gpustack-qwen3-8b-h100-latency-other-benchmark-cases-bs-{n}-Qwen3-8B-default"
+        for n in (1, 2, 8)
+    } <= {c.case_id for c in cases}
