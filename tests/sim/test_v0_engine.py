@@ -81,3 +81,14 @@ def test_the_unseen_runs_made_with_vllm_use_v1_0_are_simulated_on_v0() -> None:
             vllm_use_v1=case.vllm_use_v1,
         )
         assert dep.plan.engine == "V0"
+
+
+def test_simulate_takes_vllm_use_v1_as_the_server_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvwise.cli import main
+
+    base = ["simulate", "mistralai/Mistral-7B-v0.3", "--gpu", "a100-pcie-40gb"]
+    small = ["--vllm-version", "0.9.1", "--workload", "random", "--num-prompts", "20"]
+    assert main([*base, *small, "--vllm-use-v1", "0"]) == 0
+    assert "vLLM 0.9.1 (V0)" in capsys.readouterr().out
+    assert main([*base, *small]) == 0
+    assert "vLLM 0.9.1 (V1)" in capsys.readouterr().out
