@@ -115,6 +115,8 @@ class Case:
     # the GPU link the source states, as `kvwise simulate --interconnect` takes it (None: the
     # card's own): "pcie-nop2p" where vLLM logged that the GPUs lack peer-to-peer
     interconnect: str | None = None
+    # VLLM_USE_V1 as the source set it (None: unset): 0 runs the V0 engine on 0.8-0.10.1
+    vllm_use_v1: bool | None = None
 
     @property
     def request_rate(self) -> float:
@@ -225,6 +227,7 @@ def run_case(
         gpu,
         case.flags,
         vllm_version=case.vllm_version,
+        vllm_use_v1=case.vllm_use_v1,
         coefficients=coefficients or shipped,
         num_gpu_blocks=case.num_gpu_blocks,
         num_scheduler_steps=case.num_scheduler_steps,

@@ -190,6 +190,7 @@ def run_unseen_case(case: Case, seed: int = 0) -> SimResult:
         gpu,
         case.flags,
         vllm_version=case.vllm_version,
+        vllm_use_v1=case.vllm_use_v1,
         coefficients=coefficients_for(gpu, case.flags.tensor_parallel_size or 1),
         num_gpu_blocks=case.num_gpu_blocks,
         num_scheduler_steps=case.num_scheduler_steps,

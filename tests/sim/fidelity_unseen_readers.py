@@ -241,7 +241,9 @@ def livinfly(record: dict[str, Any], gpu: str) -> Case | Skipped:
         notes.append("Mistral-7B-Instruct version not stated: v0.3 shapes assumed")
     if model_name(record).startswith("deepseek-ai/DeepSeek-R1-0528"):
         notes.append("Qwen3-8B shapes (the model is its fine-tune), Qwen3-8B's context length")
-    return _case(record, "livinfly", gpu, VllmFlags(), workload, notes)
+    # benchmark/README.md: "VLLM_USE_V1=0"; without it 0.9.1 would run V1
+    use_v1 = None if "VLLM_USE_V1=0" not in record["server_flags"].get("env", "") else False
+    return _case(record, "livinfly", gpu, VllmFlags(), workload, notes, vllm_use_v1=use_v1)
 
 
 def zhjunqin(record: dict[str, Any], gpu: str) -> Case | Skipped:

@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", help="catalog name (rtx4090, h100, a100-80gb...)")
     parser.add_argument("--gpu-memory-gib", type=float, help="any other card: its total memory")
     parser.add_argument("--vllm-version", help="vLLM release to model (default: latest known)")
+    parser.add_argument(
+        "--vllm-use-v1",
+        type=int,
+        choices=(0, 1),
+        help="the VLLM_USE_V1 environment variable vLLM 0.8.0-0.10.1 runs with (0: the V0 engine)",
+    )
     add_vllm_flags(parser)
     add_sglang_simulate_flags(parser)
     add_workload_flags(parser, default_kind=None)
@@ -180,7 +186,13 @@ def _deployed(
     """The deployment with the history trimming of kvwise's gateway, as `plan --workload` has."""
     topology = replica_topology(args, flags)
     dep = deployment(
-        model, gpu, flags, vllm_version=args.vllm_version, label=label, topology=topology
+        model,
+        gpu,
+        flags,
+        vllm_version=args.vllm_version,
+        vllm_use_v1=None if args.vllm_use_v1 is None else bool(args.vllm_use_v1),
+        label=label,
+        topology=topology,
     )
     budget = history_budget_tokens(
         workload, dep.plan.flags.max_model_len, trim_history=args.trim_history

@@ -32,6 +32,23 @@ RESERVE_FULL_ISL_SINCE = "0.18.0"
 # estimate, not a fit (no eager runs in the validation data): ~10 kernels per decoder layer at
 # ~5 us of launch overhead each, the cost users report as 10-30 % slower decoding of 7-8B models.
 EAGER_LAYER_OVERHEAD_S = 50e-6
+# V0's engine process (vLLM 0.6-0.10.1, `vllm/engine/llm_engine.py: LLMEngine.step`) does on the
+# host, per running sequence and step, work the GPU waits for: `Scheduler.schedule` (block
+# manager, one SequenceGroupMetadata per group), `ModelRunner._prepare_model_input` (inputs
+# rebuilt from Python lists every step), the sampler's pythonization and
+# `_advance_to_next_step`. Only the output processing (detokenization, stop checks,
+# RequestOutputs) overlaps the next forward pass (async output processing, PR #7049; 0.9.1
+# `worker/model_runner.py: ModelRunner.execute_model` calls `async_callback` once the forward
+# is launched). V1 took this work off the step's critical path (persistent batch, numpy
+# inputs, a separate engine-core process). Set from the "vLLM V1" blog (2025-01-27): V1 gave
+# "up to 1.7x higher throughput" than V0 without multi-step for Llama 3.1 8B on one H100,
+# ShareGPT, with "almost identical" kernels, so the gap is V0's host CPU.
+# `benchmarks/v0_cpu.py` finds the cost per sequence that makes a V0 step 1.7x as long as the
+# simulated V1 step at V0's full batch (256 decoding sequences) on that set-up: 33 us.
+# Multi-step scheduling (`--num-scheduler-steps N`, 0.5-0.7) schedules and prepares inputs once
+# per N steps and advances them on the GPU in between; the blog's ratio is for V0 without it,
+# so multi-step runs keep the step model as it was (no published figure for what is left).
+V0_SEQ_CPU_S = 33e-6
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,7 @@ def deployment(
     flags: VllmFlags,
     *,
     vllm_version: str | None = None,
+    vllm_use_v1: bool | None = None,
     coefficients: StepTimeCoefficients | None = None,
     num_gpu_blocks: int | None = None,
     num_scheduler_steps: int = 1,
@@ -68,8 +86,9 @@ def deployment(
     `num_gpu_blocks` replaces the planner's KV pool when the real one is known (a vLLM log).
     `num_scheduler_steps` is V0's multi-step scheduling (`--num-scheduler-steps`, 0.5-0.7).
     `topology`: the nodes and links the replica runs on (None: one node, the card's own link).
+    `vllm_use_v1`: the VLLM_USE_V1 the server ran with (None: unset; 0 picks V0 on 0.8-0.10.1).
     """
-    result = plan(model, gpu, flags, vllm_version=vllm_version)
+    result = plan(model, gpu, flags, vllm_version=vllm_version, vllm_use_v1=vllm_use_v1)
     if result.error is not None and num_gpu_blocks is None:
         raise InvalidFlagError(f"vLLM would not start: {result.error.message}")
     resolved = result.flags
@@ -82,7 +101,10 @@ def deployment(
         enable_prefix_caching=resolved.enable_prefix_caching,
         enable_chunked_prefill=resolved.enable_chunked_prefill,
         reserve_full_isl=_reserve_full_isl(result.vllm_version),
-        is_v0=result.engine == "V0",
+        # V0 with chunked prefill (`Scheduler._schedule_chunked_prefill`: running decodes,
+        # then prefill chunks in the token budget) schedules as V1 does; without it, whole
+        # prompts first (`_schedule_default`)
+        is_v0=result.engine == "V0" and not resolved.enable_chunked_prefill,
         num_scheduler_steps=num_scheduler_steps if result.engine == "V0" else 1,
     )
     # pipeline stages run one after the other for a step's batch: every stage's weights are
@@ -109,6 +131,8 @@ def deployment(
         # without CUDA graphs every layer's kernels are launched from Python each step (the
         # fitted sets come from runs with graphs)
         chosen = replace(chosen, layer_overhead_s=chosen.layer_overhead_s + EAGER_LAYER_OVERHEAD_S)
+    if result.engine == "V0" and num_scheduler_steps == 1:
+        chosen = replace(chosen, request_overhead_s=chosen.request_overhead_s + V0_SEQ_CPU_S)
     config = SimConfig(engine, cost, chosen, label)
     num_gpus = resolved.tensor_parallel_size * resolved.pipeline_parallel_size
     if topology is not None and topology.nodes > 1:

@@ -45,6 +45,7 @@ _VLLM_ONLY: dict[str, tuple[str, str]] = {
         "SGLang's --pp-size is not modelled in its simulation",
     ),
     "vllm_version": ("--vllm-version", "give --sglang-version"),
+    "vllm_use_v1": ("--vllm-use-v1", "SGLang has one engine"),
 }
 _NO_COUNTERPART = {
     "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
