@@ -68,6 +68,7 @@ class VersionRules:
     cudagraph_mode: str  # "piecewise" or "full_and_piecewise"
     gpt_oss_max_capture_size: int  # GptOssForCausalLMConfig's largest capture size (0: none)
     sampler_bytes_per_logit: float  # the dummy sampler pass, per (request x vocab)
+    v1_flashinfer_sampler: bool  # V1 runner samples top-k/top-p with FlashInfer (0.10.2+)
     v2_runner: str  # which models get Model Runner V2 by default (see memory.uses_v2_runner)
     v2_runner_archs: tuple[str, ...]  # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES of the release
     v2_profile_sampler_tensors: tuple[str, ...]  # [rows, vocab] tensors at V2's profile sampler

@@ -27,7 +27,8 @@ from kvwise.planner.result import ResolvedFlags
 V1_ACTIVATION_BASE_BYTES = 122_000_000  # runner buffers and workspaces independent of the shapes
 V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [MNBT, hidden] tensor
 # The sampler term's bytes per (request x vocab) depend on the release: see the version rules
-# (`sampler_bytes_per_logit`: 27 while the sampler sorted the vocabulary, 14 with Triton top-k/p).
+# (`sampler_bytes_per_logit`: 27 while the sampler sorted the vocabulary, 14 with Triton top-k/p);
+# from 0.10.2 on FlashInfer-capable cards the V1 runner's FlashInfer figure (v1_sampler_bytes_per_logit).
 # V0 (0.4-0.7): the profile run (worker/model_runner.py:profile_run) pushes max_num_batched_tokens
 # tokens through the model. Its peak is at the MLP's down_proj output, where the decoder layer
 # holds, per token: the residual and the normed input [hidden] x 2, gate_up [2 x intermediate],
@@ -254,7 +255,7 @@ def activation_bytes(
     if uses_v2_runner(model, rules):
         sampler = _v2_bytes_per_logit(rules.v2_profile_sampler_tensors, dtype_bytes) * logits
     else:
-        sampler = rules.sampler_bytes_per_logit * logits
+        sampler = v1_sampler_bytes_per_logit(gpu, resolved, rules) * logits
     # the logits stage: the all-gather at TP > 1, then the sampler on the gathered logits
     sampler = max(sampler, logits_gather_bytes_per_logit(resolved) * logits)
     peak = max(sampler, _mlp_transient_bytes(model, resolved), moe_transient)
@@ -475,6 +476,23 @@ def _has_flashinfer_sampler(gpu: GpuSpec) -> bool:
     return not gpu.is_rocm and 7.5 <= float(gpu.compute_capability) <= 12.1
 
 
+# V1 runner with FlashInfer (0.10.2-0.16, read at 0.10.2 and 0.11.0): _dummy_sampler_run's top-k and
+# top-p go to flashinfer.sampling.top_k_top_p_sampling_from_logits (v1/sample/ops/
+# topk_topp_sampler.py:flashinfer_sample), which keeps top_k_mask_logits' masked copy and its softmax
+# alive beside Sampler.forward's fp32 copy and the model-dtype logits: dtype + 3 x 4 bytes per logit
+# (14 in bf16, the figure the 0.19 H100 logs give; gpt-oss-120b at 0.10.2 on one H100 SXM then keeps
+# ~33k KV tokens, GPUStack's 32k-prompt run served one request at a time). Without FlashInfer (a pip
+# install without the [flashinfer] extra) the PyTorch sort of `sampler_bytes_per_logit` applies.
+FLASHINFER_SAMPLER_FP32_TENSORS = 3
+
+
+def v1_sampler_bytes_per_logit(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> float:
+    """Bytes per (request x vocab) alive at the V1 runner's dummy sampler peak."""
+    if rules.v1_flashinfer_sampler and _has_flashinfer_sampler(gpu):
+        return runtime_dtype_bytes(resolved) + 4 * FLASHINFER_SAMPLER_FP32_TENSORS
+    return rules.sampler_bytes_per_logit
+
+
 def _v2_warmup_bytes(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -512,7 +530,7 @@ def warmup_bytes(
     budget plus the released profile peak, `released_profile_peak_bytes`)."""
     if uses_v2_runner(model, rules):
         return _v2_warmup_bytes(model, gpu, resolved, rules, num_gpu_blocks)
-    per_logit = WARMUP_SHARE_OF_SAMPLER * rules.sampler_bytes_per_logit
+    per_logit = WARMUP_SHARE_OF_SAMPLER * v1_sampler_bytes_per_logit(gpu, resolved, rules)
     return int(per_logit * _sampler_rows(resolved) * model.vocab_size)
 
 

@@ -20,6 +20,9 @@ from kvwise.planner.result import ResolvedFlags
 # First release whose modular fused-MoE kernels draw on the persistent WorkspaceManager
 # (v0.13.0:vllm/v1/worker/workspace.py; v0.12.0 has none)
 WORKSPACE_MANAGER_SINCE = (0, 13, 0)
+# Before it the kernels' caches were read as per-call allocations at 0.10.2 and 0.11.0
+# (0.11.1-0.12 inherit that reading; earlier V1 releases keep the fitted all-on-top charge)
+PER_CALL_CACHES_READ_SINCE = (0, 10, 2)
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,15 @@ def moe_profile_bytes(
         # inside the call ("workspace are allocated inside the kernel")
         persistent = (rows * inter + tokens * model.hidden_size) * dtype_bytes
         return MoeProfileBytes(persistent=persistent, transient=rows * 2 * inter * dtype_bytes)
+    per_call = rows * (3 * inter + model.hidden_size) * dtype_bytes
+    if rules.engine == "V1" and PER_CALL_CACHES_READ_SINCE <= parse_version(rules.version) < (
+        WORKSPACE_MANAGER_SINCE
+    ):
+        # before the WorkspaceManager every fused-MoE kernel allocates its caches inside the call
+        # (0.10.2/0.11.0 gpt-oss on Hopper: fused_marlin_moe's intermediate caches, or
+        # triton_kernels' matmul_ogs outputs, mxfp4.py:get_mxfp4_backend), freed before the sampler
+        return MoeProfileBytes(persistent=0.0, transient=per_call)
     # Other kernels: gate/up output (2 x intermediate), activation output, down output (hidden)
     # per routed row, all charged on top (Qwen3-30B-A3B, vLLM 0.19: 2.68 GiB logged vs 2.18 for
     # its dense-equivalent shapes)
-    return MoeProfileBytes(
-        persistent=rows * (3 * inter + model.hidden_size) * dtype_bytes, transient=0.0
-    )
+    return MoeProfileBytes(persistent=per_call, transient=0.0)

@@ -1,0 +1,51 @@
+"""The V1 runner's profile sampler with FlashInfer (0.10.2+) and the fused-MoE caches before the
+WorkspaceManager (< 0.13): what GPUStack's H100 runs of vLLM 0.10.2 / 0.11.0 show."""
+
+from __future__ import annotations
+
+from kvwise.core.catalog import load_model
+from kvwise.core.flags import VllmFlags
+from kvwise.core.gpus import find_gpu
+from kvwise.planner import plan
+from kvwise.planner.defaults import engine_rules, resolve_flags, rules_for
+from kvwise.planner.memory import v1_sampler_bytes_per_logit
+
+
+def test_gpt_oss_120b_starts_on_one_h100_at_0_10_2_with_room_for_a_32k_prompt() -> None:
+    # gpustack/gpustack docs/performance-lab/gpt-oss-120b/h100.md (vLLM 0.10.2, one H100 SXM):
+    # `vllm serve openai/gpt-oss-120b --max-model-len 32768` served 100 prompts of 32,000 tokens
+    # (+100 output), so vLLM started and its KV pool held one such request
+    result = plan(
+        load_model("openai/gpt-oss-120b"),
+        find_gpu("h100 sxm"),
+        VllmFlags(max_model_len=32768),
+        vllm_version="0.10.2",
+    )
+    assert result.starts
+    assert result.kv.tokens >= 32_100
+
+
+def test_the_flashinfer_sampler_takes_less_of_the_budget_than_the_pytorch_sort() -> None:
+    # 0.10.1 is planned with the PyTorch sort (a Marlin-only install, vllm#23278), 0.10.2 with
+    # FlashInfer's top-k/top-p: same model, card and flags, a smaller profile peak
+    model, gpu = load_model("Qwen/Qwen3-32B"), find_gpu("h100 sxm")
+    flags = VllmFlags(max_model_len=8192)
+    sort = plan(model, gpu, flags, vllm_version="0.10.1")
+    flashinfer = plan(model, gpu, flags, vllm_version="0.10.2")
+    assert flashinfer.memory.activation_peak_bytes < sort.memory.activation_peak_bytes
+    assert flashinfer.kv.tokens > sort.kv.tokens
+
+
+def test_a_card_without_the_flashinfer_sampler_keeps_the_sort() -> None:
+    # flashinfer_sampler_supported: compute capability 7.5-12.1; a V100 (7.0) at 0.11.0 sorts the
+    # vocabulary as every card did at 0.10.1, an H100 does not
+    model = load_model("Qwen/Qwen2.5-7B-Instruct")
+    flags = VllmFlags(max_model_len=4096, dtype="float16")
+
+    def per_logit(gpu_name: str, version: str) -> float:
+        gpu = find_gpu(gpu_name)
+        rules = engine_rules(rules_for(version), gpu, flags)
+        return v1_sampler_bytes_per_logit(gpu, resolve_flags(model, gpu, flags, rules), rules)
+
+    assert per_logit("v100-32gb-sxm2", "0.11.0") == per_logit("h100 sxm", "0.10.1")
+    assert per_logit("h100 sxm", "0.11.0") < per_logit("v100-32gb-sxm2", "0.11.0")
