@@ -136,13 +136,21 @@ class BodyWriter:
 
     @classmethod
     def start(
-        cls, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+        cls,
+        send: Send,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        is_last: bool = False,
     ) -> BodyWriter | None:
         """A chunked response's head and first body chunk in one write, where uvicorn's `send`
         makes two (two TCP segments, with TCP_NODELAY) for the same bytes: its head as it
-        writes it (its default headers, then these, checked as it checks them). None, nothing
-        written, where `send` must do it: another server, uvicorn's access log on, the
-        client gone or not reading, a header that changes the framing."""
+        writes it (its default headers, then these, checked as it checks them). `is_last`:
+        the body is all there is, and the response ends in the same write, as `send` ends
+        one (its last chunk, then the connection kept alive or closed, the next pipelined
+        request started). None, nothing written, where `send` must do it: another server,
+        uvicorn's access log on, the client gone or not reading, a header that changes the
+        framing."""
         cycle: Any = getattr(send, "__self__", None)
         if (
             type(cycle).__module__ != _UVICORN_HTTPTOOLS
@@ -167,9 +175,17 @@ class BodyWriter:
         content.append(b"transfer-encoding: chunked\r\n\r\n")
         if body:
             content.append(b"%x\r\n%b\r\n" % (len(body), body))
+        if is_last:
+            content.append(b"0\r\n\r\n")
         cycle.response_started, cycle.waiting_for_100_continue = True, False
         cycle.chunked_encoding, cycle.expected_content_length = True, 0
         cycle.transport.write(b"".join(content))
+        if is_last:  # what uvicorn's `send` does after a response's last body message
+            cycle.response_complete = True
+            cycle.message_event.set()
+            if not cycle.keep_alive:
+                cycle.transport.close()
+            cycle.on_response()
         return cls(cycle)
 
     def is_open(self) -> bool:

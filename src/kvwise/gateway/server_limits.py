@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -57,6 +58,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._num_headers = 0
         self._header_bytes = 0  # of the parsed headers (a whole head can come in one read)
         self._is_head_too_large = False
+        # (the request's cycle, what to call if its client goes): see watch_disconnect()
+        self._disconnect_watch: tuple[Any, Callable[[], None]] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -65,6 +68,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        watch, self._disconnect_watch = self._disconnect_watch, None
+        if watch is not None and watch[0].disconnected:  # as uvicorn's `receive` would say
+            watch[1]()
 
     def _arm(self, delay_s: float, callback: Any) -> None:
         self._disarm()
@@ -144,6 +150,34 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+
+def watch_disconnect(send: Any, on_disconnect: Callable[[], None]) -> Callable[[], None] | None:
+    """Under this module's protocol, once the request body has been read: `on_disconnect()`
+    called from the connection's `connection_lost` when the client goes before the response
+    is complete, exactly when uvicorn's `receive()` would answer `http.disconnect` to a task
+    waiting on it, without that task (one task, one future and a cancellation less per
+    request). Returns the function that stops the watch; None for any other server, a
+    client already gone, or a connection whose current request is another one (pipelined):
+    then wait on `receive()`."""
+    cycle: Any = getattr(send, "__self__", None)
+    protocol = getattr(getattr(cycle, "on_response", None), "__self__", None)
+    if (
+        not isinstance(protocol, LimitedHttpToolsProtocol)
+        or protocol.cycle is not cycle
+        or cycle.disconnected
+        or cycle.response_complete
+    ):
+        return None
+    cycle.flow.resume_reading()  # as `receive()` does: an EOF or reset is read, and seen
+    watch = (cycle, on_disconnect)
+    protocol._disconnect_watch = watch
+
+    def unwatch() -> None:
+        if protocol._disconnect_watch is watch:
+            protocol._disconnect_watch = None
+
+    return unwatch
 
 
 def protocol_class(limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:
