@@ -111,6 +111,26 @@ _UVICORN_HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
 _FRAMING_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 
 
+# header lines as BodyWriter.start writes them, per (name, value) seen: a response's headers
+# are mostly the same few (content type, the replica's name), checked once each
+_HEADER_LINES: dict[tuple[bytes, bytes], bytes] = {}
+_MAX_HEADER_LINES = 1024
+
+
+def _header_line(name: bytes, value: bytes) -> bytes | None:
+    """`name: value` and its line end, checked as uvicorn's `send` checks them; None for a
+    header that changes the framing (uvicorn's `send` must write that response)."""
+    lowered = name.lower()
+    if lowered in _FRAMING_HEADERS:
+        return None
+    if HEADER_RE.search(lowered) or HEADER_VALUE_RE.search(value):
+        raise RuntimeError("Invalid HTTP header name or value.")  # as uvicorn's `send`
+    if len(_HEADER_LINES) >= _MAX_HEADER_LINES:
+        _HEADER_LINES.clear()
+    line = _HEADER_LINES[(name, value)] = b"%b: %b\r\n" % (lowered, value)
+    return line
+
+
 class BodyWriter:
     """Under uvicorn's httptools server, once a chunked response has started: body chunks
     written straight to the connection, framed as uvicorn's `send` frames them, without the
@@ -163,13 +183,13 @@ class BodyWriter:
         content = [STATUS_LINE[status]]
         for name, value in cycle.default_headers:  # uvicorn's own (date, server)
             content += (name.lower(), b": ", value, b"\r\n")
-        for name, value in headers:
-            name = name.lower()
-            if name in _FRAMING_HEADERS:
-                return None
-            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header name or value.")  # as uvicorn's `send`
-            content += (name, b": ", value, b"\r\n")
+        for header in headers:
+            line = _HEADER_LINES.get(header)
+            if line is None:
+                line = _header_line(*header)
+                if line is None:
+                    return None
+            content.append(line)
         if not cycle.keep_alive:
             content.append(b"connection: close\r\n")
         content.append(b"transfer-encoding: chunked\r\n\r\n")

@@ -52,7 +52,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
+        # the deadline in force (loop time) and what to call at it; one timer per connection,
+        # moved lazily (as the upstream client's read timeout): arming and disarming a deadline
+        # only sets these, twice per request, and the timer, when it fires, calls `_on_deadline`
+        # if it is due, else sleeps until it
+        self._deadline_s = 0.0
+        self._on_deadline: Callable[[], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_s = 0.0  # when the timer fires
         self._is_reading_head = True
         self._head_bytes = 0  # received since the head began
         self._num_headers = 0
@@ -67,19 +74,37 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
         watch, self._disconnect_watch = self._disconnect_watch, None
         if watch is not None and watch[0].disconnected:  # as uvicorn's `receive` would say
             watch[1]()
 
-    def _arm(self, delay_s: float, callback: Any) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(delay_s, callback)
+    def _arm(self, delay_s: float, callback: Callable[[], None]) -> None:
+        """`callback()` in `delay_s`, unless disarmed or armed again before."""
+        self._deadline_s = self.loop.time() + delay_s
+        self._on_deadline = callback
+        if self._timer is None or self._timer_s > self._deadline_s:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_s = self._deadline_s
+            self._timer = self.loop.call_at(self._deadline_s, self._check_deadline)
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._on_deadline = None
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        if self._on_deadline is None:
+            return  # disarmed: the next _arm() starts a timer again
+        if self.loop.time() < self._deadline_s:  # armed again since: sleep until then
+            self._timer_s = self._deadline_s
+            self._timer = self.loop.call_at(self._deadline_s, self._check_deadline)
+            return
+        callback, self._on_deadline = self._on_deadline, None
+        callback()
 
     def _reject(self, status: int, reason: str, message: str) -> None:
         self._disarm()
@@ -91,7 +116,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._reject(408, "Request Timeout", "request head not received in time")
 
     def _body_timed_out(self) -> None:
-        self._deadline = None
         self.transport.close()  # the app sees a disconnect: the request is abandoned
 
     def data_received(self, data: bytes) -> None:
@@ -128,7 +152,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._is_reading_head = True
         self._header_bytes = self._num_headers = 0
-        if self._deadline is None:  # the next request on a kept-alive connection
+        if self._on_deadline is None:  # the next request on a kept-alive connection
             self._arm(self.limits.head_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
