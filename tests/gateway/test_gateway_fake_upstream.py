@@ -139,6 +139,36 @@ def test_streamed_replies_on_one_kept_alive_connection_are_whole_http_messages()
                 assert sum('"content": "t' in e for e in events) == 3
 
 
+def test_the_last_event_and_the_end_of_the_stream_leave_in_one_write() -> None:
+    """[DONE] and the terminating chunk the engine sends with it go to the client in one
+    write (one TCP segment), not two: a client that has read [DONE] has the whole response,
+    and the connection is free for its next request, without waiting for one more packet.
+    The client reads each piece as it arrives, so two writes would come as two reads. Short
+    replies (every token in the engine's first write) and longer ones, on one connection."""
+    with (
+        fake_upstreams(Behaviour(ttft_s=0.05)) as ups,
+        running_gateway(make_config([ups[0][0]])) as gw,
+    ):
+        host, port = gw.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as client:
+            for i in range(6):
+                is_short = i % 2 == 0
+                ups[0][1].behaviour.itl_s = 0.0 if is_short else 0.005
+                body = json.dumps({**CHAT, "max_tokens": 2 if is_short else 5, "stream": True})
+                client.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                    b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body.encode())
+                )
+                reads: list[bytes] = []
+                while not b"".join(reads).endswith(b"\r\n0\r\n\r\n"):
+                    data = client.recv(65536)
+                    assert data, "the gateway closed the kept-alive connection"
+                    reads.append(data)
+                last = next(read for read in reads if b"data: [DONE]" in read)
+                assert last.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), reads[-2:]
+
+
 def _dechunk(framed: bytes) -> Iterator[bytes]:
     """The body of an HTTP/1.1 chunked message (no extensions, no trailers)."""
     while True:

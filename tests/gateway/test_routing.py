@@ -25,6 +25,24 @@ def test_only_the_keys_of_a_vanished_replica_move() -> None:
     assert moved and all(before[key] is router.replicas[1] for key in moved)
 
 
+def test_keys_routed_before_a_join_or_a_drain_follow_the_new_ring() -> None:
+    """The router remembers each key's ring order: a replica that joins must take its share
+    of keys already routed, and a drained one must lose all of its keys."""
+    pool = replicas(3)
+    router = Router(pool[:2])
+    before = {key: router.pick(f"session:{key}", 100) for key in range(300)}
+    router.rebuild(pool)  # r2 joins
+    joined = {key: router.pick(f"session:{key}", 100) for key in range(300)}
+    moved = [key for key in before if before[key] is not joined[key]]
+    assert len(moved) > 60 and all(joined[key] is pool[2] for key in moved)  # ~100 of 300
+    pool[0].is_draining = True
+    router.rebuild(pool)
+    drained = {key: router.pick(f"session:{key}", 100) for key in range(300)}
+    assert not any(owner is pool[0] for owner in drained.values())
+    kept = [key for key in joined if joined[key] is not pool[0]]
+    assert all(drained[key] is joined[key] for key in kept)
+
+
 def test_a_hot_key_spills_over_once_its_replica_is_well_above_the_mean() -> None:
     router = Router(replicas(2))
     home = router.pick("session:hot", 100)

@@ -100,6 +100,32 @@ def test_a_slowloris_head_or_body_is_cut_off_at_its_deadline(gw: RunningGateway)
         assert time.monotonic() - started_s < 3
 
 
+def test_each_request_on_a_kept_alive_connection_has_its_own_head_deadline(
+    gw: RunningGateway,
+) -> None:
+    """The deadlines move with each request on a connection: a second head that trickles in
+    is cut off a whole head deadline after its first byte, neither at a deadline left from the
+    first request nor never."""
+    with connect(gw) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")
+        assert status_of(sock.recv(65536)) == 200
+        time.sleep(0.6)  # within the keep-alive timeout, past half the first head's deadline
+        started_s = time.monotonic()
+        sock.sendall(HEAD)
+        try:
+            while time.monotonic() - started_s < 5:
+                sock.sendall(b"x")
+                time.sleep(0.1)
+                if time.monotonic() - started_s > 0.8:
+                    break
+            reply = read_all(sock)
+        except (BrokenPipeError, ConnectionResetError):
+            reply = b""
+        elapsed_s = time.monotonic() - started_s
+    assert status_of(reply) in (408, 0)
+    assert LIMITS.head_timeout_s * 0.9 < elapsed_s < 3
+
+
 def test_an_idle_kept_alive_connection_is_closed(gw: RunningGateway) -> None:
     with connect(gw) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")

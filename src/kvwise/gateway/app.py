@@ -82,6 +82,7 @@ class Gateway:
         self.rate_limiter = RateLimiter(rps, config.security.rate_limit_burst) if rps else None
         self.tenants = TenantLimits()
         self.store: SessionStore | None = None
+        self._prepare_context: PrepareContext | None = None
         self.num_sessions = 0
         self.metrics = GatewayMetrics(self)
         for series in tenant_series(self.tenants):
@@ -98,9 +99,12 @@ class Gateway:
 
     @property
     def prepare_context(self) -> PrepareContext:
-        return PrepareContext(
-            self.tokenizer, self.config.max_model_len, self.config.sessions, self.store
-        )
+        context = self._prepare_context
+        if context is None or context.store is not self.store:  # made once the store is open
+            context = self._prepare_context = PrepareContext(
+                self.tokenizer, self.config.max_model_len, self.config.sessions, self.store
+            )
+        return context
 
     async def start(self) -> None:
         if self.config.sessions is not None:

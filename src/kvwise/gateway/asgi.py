@@ -111,6 +111,26 @@ _UVICORN_HTTPTOOLS = "uvicorn.protocols.http.httptools_impl"
 _FRAMING_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 
 
+# header lines as BodyWriter.start writes them, per (name, value) seen: a response's headers
+# are mostly the same few (content type, the replica's name), checked once each
+_HEADER_LINES: dict[tuple[bytes, bytes], bytes] = {}
+_MAX_HEADER_LINES = 1024
+
+
+def _header_line(name: bytes, value: bytes) -> bytes | None:
+    """`name: value` and its line end, checked as uvicorn's `send` checks them; None for a
+    header that changes the framing (uvicorn's `send` must write that response)."""
+    lowered = name.lower()
+    if lowered in _FRAMING_HEADERS:
+        return None
+    if HEADER_RE.search(lowered) or HEADER_VALUE_RE.search(value):
+        raise RuntimeError("Invalid HTTP header name or value.")  # as uvicorn's `send`
+    if len(_HEADER_LINES) >= _MAX_HEADER_LINES:
+        _HEADER_LINES.clear()
+    line = _HEADER_LINES[(name, value)] = b"%b: %b\r\n" % (lowered, value)
+    return line
+
+
 class BodyWriter:
     """Under uvicorn's httptools server, once a chunked response has started: body chunks
     written straight to the connection, framed as uvicorn's `send` frames them, without the
@@ -136,13 +156,21 @@ class BodyWriter:
 
     @classmethod
     def start(
-        cls, send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+        cls,
+        send: Send,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        is_last: bool = False,
     ) -> BodyWriter | None:
         """A chunked response's head and first body chunk in one write, where uvicorn's `send`
         makes two (two TCP segments, with TCP_NODELAY) for the same bytes: its head as it
-        writes it (its default headers, then these, checked as it checks them). None, nothing
-        written, where `send` must do it: another server, uvicorn's access log on, the
-        client gone or not reading, a header that changes the framing."""
+        writes it (its default headers, then these, checked as it checks them). `is_last`:
+        the body is all there is, and the response ends in the same write, as `send` ends
+        one (its last chunk, then the connection kept alive or closed, the next pipelined
+        request started). None, nothing written, where `send` must do it: another server,
+        uvicorn's access log on, the client gone or not reading, a header that changes the
+        framing."""
         cycle: Any = getattr(send, "__self__", None)
         if (
             type(cycle).__module__ != _UVICORN_HTTPTOOLS
@@ -155,21 +183,29 @@ class BodyWriter:
         content = [STATUS_LINE[status]]
         for name, value in cycle.default_headers:  # uvicorn's own (date, server)
             content += (name.lower(), b": ", value, b"\r\n")
-        for name, value in headers:
-            name = name.lower()
-            if name in _FRAMING_HEADERS:
-                return None
-            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header name or value.")  # as uvicorn's `send`
-            content += (name, b": ", value, b"\r\n")
+        for header in headers:
+            line = _HEADER_LINES.get(header)
+            if line is None:
+                line = _header_line(*header)
+                if line is None:
+                    return None
+            content.append(line)
         if not cycle.keep_alive:
             content.append(b"connection: close\r\n")
         content.append(b"transfer-encoding: chunked\r\n\r\n")
         if body:
             content.append(b"%x\r\n%b\r\n" % (len(body), body))
+        if is_last:
+            content.append(b"0\r\n\r\n")
         cycle.response_started, cycle.waiting_for_100_continue = True, False
         cycle.chunked_encoding, cycle.expected_content_length = True, 0
         cycle.transport.write(b"".join(content))
+        if is_last:  # what uvicorn's `send` does after a response's last body message
+            cycle.response_complete = True
+            cycle.message_event.set()
+            if not cycle.keep_alive:
+                cycle.transport.close()
+            cycle.on_response()
         return cls(cycle)
 
     def is_open(self) -> bool:

@@ -40,6 +40,7 @@ from kvwise.gateway.forwarding import forwarded_headers
 from kvwise.gateway.prepare import PrepareContext, Prepared
 from kvwise.gateway.replicas import Replica
 from kvwise.gateway.security import Caller
+from kvwise.gateway.server_limits import watch_disconnect
 from kvwise.gateway.upstream_http import UpstreamConnectionError
 from kvwise.gateway.upstream_stream import ReplicaFailed, UpstreamStream
 
@@ -97,18 +98,23 @@ class CompletionsEndpoint:
         exchange = Exchange(gateway, prepared, send, started_s, caller.name)
         exchange.upstream_headers = forwarded_headers(scope, gateway.upstream_headers)
         try:
-            await self._run(exchange, receive)
+            await self._run(exchange, receive, send)
         except Exception as exc:
             error = internal_error.internal_error(gateway, scope, exc)
             await internal_error.answer(send, error, exchange.has_started_response)
 
-    async def _run(self, exchange: Exchange, receive: Receive) -> None:
+    async def _run(self, exchange: Exchange, receive: Receive, send: Send) -> None:
         gateway = self.gateway
         # The exchange runs in this task (a task of its own would cost a pass of the event loop
-        # on the TTFT path); a watcher cancels it if the client goes away first.
+        # on the TTFT path), cancelled if the client goes away first: seen by the gateway's
+        # uvicorn protocol itself where it serves the request, else by a task waiting on
+        # `receive`.
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.ensure_future(_cancel_when_gone(receive, task, exchange))
+        unwatch = watch_disconnect(send, lambda: _abandon(task, exchange))
+        watcher = None
+        if unwatch is None:
+            watcher = asyncio.ensure_future(_cancel_when_gone(receive, task, exchange))
         try:
             await exchange.run()
         except asyncio.CancelledError:
@@ -117,11 +123,19 @@ class CompletionsEndpoint:
             _uncancel(task)
             gateway.metrics.disconnects.inc()
         finally:
-            watcher.cancel()
+            if unwatch is not None:
+                unwatch()
+            if watcher is not None:
+                watcher.cancel()
 
 
 async def _cancel_when_gone(receive: Receive, task: asyncio.Task[Any], exchange: Exchange) -> None:
     await wait_for_disconnect(receive)
+    _abandon(task, exchange)
+
+
+def _abandon(task: asyncio.Task[Any], exchange: Exchange) -> None:
+    """The client is gone."""
     if not exchange.is_done:  # the task is suspended inside exchange.run(): stop it there
         exchange.is_abandoned = True
         task.cancel()
@@ -321,6 +335,9 @@ def _completion_tokens(payload: Any) -> int | None:
     return tokens if isinstance(tokens, int) and tokens >= 0 else None
 
 
+DONE_EVENT = sse.DONE + b"\n\n"
+
+
 def _is_token_event(event: bytes) -> bool:
     """An event that counts for the token timing metrics (past the first token, without
     parsing it): a JSON chunk, but not the usage-only one that can close a stream."""
@@ -339,6 +356,9 @@ class StreamRelay:
         self.num_token_events = 0
         self.first_token_s: float | None = None
         self.last_token_s = 0.0
+        # the stream's last events ([DONE], and what came with it or with the upstream's
+        # last chunk), relayed with the response's end: one write (one TCP segment) for both
+        self.last_events = b""
 
     async def run(self) -> None:
         exchange, gateway = self.exchange, self.exchange.gateway
@@ -347,10 +367,17 @@ class StreamRelay:
         headers += [(k.encode(), v.encode()) for k, v in exchange._headers().items()]
         held, index = self.stream.held, self.stream.first_token_index
         writer = None
+        is_whole = False  # the response ended with the write that starts it
         if self.collector is None and index is not None:  # no turn to store before [DONE]
             # the head and the events held back in one write, one TCP segment (uvicorn's
-            # `send` writes them in two), and no event parsed again to count it
-            writer = BodyWriter.start(exchange.send, 200, headers, b"".join(held))
+            # `send` writes them in two), and no event parsed again to count it; the end of
+            # the response too when the upstream's body ended in what was read (a short reply)
+            is_whole, first = self.stream.has_read_all(), held
+            if not is_whole and held[-1] == DONE_EVENT:  # the end follows: they leave together
+                first, self.last_events = held[:-1], held[-1]
+            writer = BodyWriter.start(exchange.send, 200, headers, b"".join(first), is_whole)
+            if writer is None:
+                is_whole, self.last_events = False, b""  # `send` relays them all, below
         if writer is not None and index is not None:
             exchange.has_started_response = True
             self._count_held(held, index, time.perf_counter())
@@ -364,14 +391,17 @@ class StreamRelay:
                 await self._relay_rest(writer)
             tail = self.stream.splitter.rest()
             if tail:
+                await self._send_last_events()
                 await self._forward([tail])
             if not self.is_stored:  # an upstream that ends its stream without [DONE]
                 await self._store_turn()
             self.is_complete = True
         except HttpError as exc:  # the turn could not be stored: no [DONE], an error instead
+            await self._send_last_events()
             event = sse.error_event(exc.message, exc.error_type, exc.status)
             await exchange.send({"type": "http.response.body", "body": event, "more_body": True})
         except UpstreamConnectionError as exc:
+            await self._send_last_events()
             assert exchange.lease is not None
             gateway.mark_down(exchange.lease.replica)
             message = f"replica {exchange.lease.replica.name} failed mid-stream ({exc})"
@@ -379,7 +409,9 @@ class StreamRelay:
                 {"type": "http.response.body", "body": sse.error_event(message), "more_body": True}
             )
             gateway.metrics.broken_streams.inc()
-        await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
+        body, self.last_events = self.last_events, b""
+        if not is_whole:
+            await exchange.send({"type": "http.response.body", "body": body, "more_body": False})
         if self.is_complete:
             exchange.generated_tokens = self.num_token_events  # one token per chunk and choice
         exchange._record_latency(200)
@@ -401,7 +433,7 @@ class StreamRelay:
         deliver = self._deliverer(writer) if writer is not None else None
         while True:
             if is_plain and pipe_body is not None and writer is not None and writer.is_open():
-                await pipe_body(writer.is_open, deliver)
+                await pipe_body(writer.is_open, deliver, self._hold_last)
             try:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
@@ -413,6 +445,7 @@ class StreamRelay:
             events = splitter.feed_joined(chunk)
             if not events:
                 continue
+            await self._send_last_events()  # what the pipe held goes first
             num_token_events = count_token_events(events)
             if num_token_events:
                 self.num_token_events += num_token_events
@@ -435,10 +468,33 @@ class StreamRelay:
             if num_token_events:
                 self.num_token_events += num_token_events
                 self.last_token_s = perf_counter()
+            if self.last_events or events.endswith(DONE_EVENT):
+                # the stream's last event: it leaves with the end of the response, which the
+                # engine sends right after it (`run`)
+                self.last_events += events
+                return
             write_chunks(raw if raw is not None and events is piece else
                          b"%x\r\n%b\r\n" % (len(events), events))  # fmt: skip
 
         return deliver
+
+    def _hold_last(self, piece: bytes) -> None:
+        """The body bytes read with the upstream's last chunk, on the pipe: counted, and kept
+        for the write that ends the response (`run`)."""
+        events = self.stream.splitter.feed_joined(piece)
+        if events:
+            num_token_events = sse.count_token_events(events)
+            if num_token_events:
+                self.num_token_events += num_token_events
+                self.last_token_s = time.perf_counter()
+            self.last_events += events
+
+    async def _send_last_events(self) -> None:
+        if self.last_events:
+            body, self.last_events = self.last_events, b""
+            await self.exchange.send(
+                {"type": "http.response.body", "body": body, "more_body": True}
+            )
 
     async def _forward(self, events: list[bytes]) -> None:
         if not events:

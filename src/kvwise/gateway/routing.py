@@ -19,6 +19,9 @@ from kvwise.gateway.replicas import Replica
 
 VIRTUAL_NODES_PER_REPLICA = 64
 LOAD_BOUND_EPSILON = 0.25
+# ring orders remembered per key (each a few replicas; a key is at most a session id or 2 KiB
+# of prompt prefix): a gateway sees the same few system prompts and sessions again and again
+MAX_CACHED_ORDERS = 1024
 
 
 def _hash(text: str) -> int:
@@ -41,9 +44,18 @@ class Router:
         self._points = [point for point, _ in ring]
         self._owners = [replica for _, replica in ring]
         self._num_members = len(members)
+        self._orders: dict[str, tuple[Replica, ...]] = {}  # ring_order's, for this ring
 
-    def ring_order(self, key: str) -> list[Replica]:
+    def ring_order(self, key: str) -> tuple[Replica, ...]:
         """Replicas in the order the ring visits them from `key`, each once."""
+        order = self._orders.get(key)
+        if order is None:
+            if len(self._orders) >= MAX_CACHED_ORDERS:
+                self._orders.clear()
+            order = self._orders[key] = self._walk(key)
+        return order
+
+    def _walk(self, key: str) -> tuple[Replica, ...]:
         start = bisect.bisect(self._points, _hash(key))
         order: list[Replica] = []
         for i in range(len(self._owners)):
@@ -52,7 +64,7 @@ class Router:
                 order.append(replica)
                 if len(order) == self._num_members:
                     break
-        return order
+        return tuple(order)
 
     def pick(
         self,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -51,12 +52,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deadline: asyncio.TimerHandle | None = None
+        # the deadline in force (loop time) and what to call at it; one timer per connection,
+        # moved lazily (as the upstream client's read timeout): arming and disarming a deadline
+        # only sets these, twice per request, and the timer, when it fires, calls `_on_deadline`
+        # if it is due, else sleeps until it
+        self._deadline_s = 0.0
+        self._on_deadline: Callable[[], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_s = 0.0  # when the timer fires
         self._is_reading_head = True
         self._head_bytes = 0  # received since the head began
         self._num_headers = 0
         self._header_bytes = 0  # of the parsed headers (a whole head can come in one read)
         self._is_head_too_large = False
+        # (the request's cycle, what to call if its client goes): see watch_disconnect()
+        self._disconnect_watch: tuple[Any, Callable[[], None]] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -64,16 +74,37 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
+        watch, self._disconnect_watch = self._disconnect_watch, None
+        if watch is not None and watch[0].disconnected:  # as uvicorn's `receive` would say
+            watch[1]()
 
-    def _arm(self, delay_s: float, callback: Any) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(delay_s, callback)
+    def _arm(self, delay_s: float, callback: Callable[[], None]) -> None:
+        """`callback()` in `delay_s`, unless disarmed or armed again before."""
+        self._deadline_s = self.loop.time() + delay_s
+        self._on_deadline = callback
+        if self._timer is None or self._timer_s > self._deadline_s:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_s = self._deadline_s
+            self._timer = self.loop.call_at(self._deadline_s, self._check_deadline)
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._on_deadline = None
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        if self._on_deadline is None:
+            return  # disarmed: the next _arm() starts a timer again
+        if self.loop.time() < self._deadline_s:  # armed again since: sleep until then
+            self._timer_s = self._deadline_s
+            self._timer = self.loop.call_at(self._deadline_s, self._check_deadline)
+            return
+        callback, self._on_deadline = self._on_deadline, None
+        callback()
 
     def _reject(self, status: int, reason: str, message: str) -> None:
         self._disarm()
@@ -85,7 +116,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._reject(408, "Request Timeout", "request head not received in time")
 
     def _body_timed_out(self) -> None:
-        self._deadline = None
         self.transport.close()  # the app sees a disconnect: the request is abandoned
 
     def data_received(self, data: bytes) -> None:
@@ -122,7 +152,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._is_reading_head = True
         self._header_bytes = self._num_headers = 0
-        if self._deadline is None:  # the next request on a kept-alive connection
+        if self._on_deadline is None:  # the next request on a kept-alive connection
             self._arm(self.limits.head_timeout_s, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
@@ -144,6 +174,34 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+
+
+def watch_disconnect(send: Any, on_disconnect: Callable[[], None]) -> Callable[[], None] | None:
+    """Under this module's protocol, once the request body has been read: `on_disconnect()`
+    called from the connection's `connection_lost` when the client goes before the response
+    is complete, exactly when uvicorn's `receive()` would answer `http.disconnect` to a task
+    waiting on it, without that task (one task, one future and a cancellation less per
+    request). Returns the function that stops the watch; None for any other server, a
+    client already gone, or a connection whose current request is another one (pipelined):
+    then wait on `receive()`."""
+    cycle: Any = getattr(send, "__self__", None)
+    protocol = getattr(getattr(cycle, "on_response", None), "__self__", None)
+    if (
+        not isinstance(protocol, LimitedHttpToolsProtocol)
+        or protocol.cycle is not cycle
+        or cycle.disconnected
+        or cycle.response_complete
+    ):
+        return None
+    cycle.flow.resume_reading()  # as `receive()` does: an EOF or reset is read, and seen
+    watch = (cycle, on_disconnect)
+    protocol._disconnect_watch = watch
+
+    def unwatch() -> None:
+        if protocol._disconnect_watch is watch:
+            protocol._disconnect_watch = None
+
+    return unwatch
 
 
 def protocol_class(limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:

@@ -47,6 +47,9 @@ class EventSplitter:
         self._pending = data[end:]
         return data[:end]
 
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
     def rest(self) -> bytes:
         """Whatever arrived without a closing blank line (a truncated stream)."""
         rest, self._pending = self._pending, b""

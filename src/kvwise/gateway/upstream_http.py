@@ -248,6 +248,11 @@ class UpstreamResponse:
     _is_last: bool = False
 
     @property
+    def is_last_chunk_read(self) -> bool:
+        """A chunked body's last chunk has been read (its pieces yielded or delivered)."""
+        return self._is_last
+
+    @property
     def is_chunked(self) -> bool:
         return self.headers.get("transfer-encoding", "").lower() == "chunked"
 
@@ -289,13 +294,18 @@ class UpstreamResponse:
         return b"".join([piece async for piece in self.iter_raw()])
 
     async def pipe_body(
-        self, is_open: Callable[[], bool], deliver: Callable[[bytes, bytes | None], None]
+        self,
+        is_open: Callable[[], bool],
+        deliver: Callable[[bytes, bytes | None], None],
+        deliver_last: Callable[[bytes], None] | None = None,
     ) -> bool:
         """A chunked body's next pieces handed on from the connection's `data_received`, as
         they arrive: no task resumed, no future made per read. While `is_open()`, each read's
         complete chunks go to `deliver(piece, raw)`, `raw` being the bytes read when they are
         exactly the one chunk that carries `piece` (they can then be relayed as they are),
-        else None. The read timeout bounds each silence, as for `iter_raw`.
+        else None; the piece read with the last chunk goes to `deliver_last(piece)` instead
+        when given (its relay can end the response in the same write). The read timeout
+        bounds each silence, as for `iter_raw`.
 
         Returns True once the last chunk is in (`iter_raw` then ends at once), False when it
         stops before: `is_open()` said no, the bytes were not chunked, the connection ended or
@@ -332,7 +342,10 @@ class UpstreamResponse:
                 piece = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             try:
                 if piece:
-                    deliver(piece, raw)
+                    if is_last and deliver_last is not None:
+                        deliver_last(piece)
+                    else:
+                        deliver(piece, raw)
             except Exception as exc:  # for the relay to raise, not the event loop to log
                 failure.append(exc)
                 is_last = True

@@ -52,6 +52,12 @@ class UpstreamStream:
                 raise ReplicaFailed(f"{exc} before the first token") from None
         return stream
 
+    def has_read_all(self) -> bool:
+        """The upstream's body has ended (its last chunk read) and every event of it is in
+        `held`: nothing more to relay."""
+        is_last = getattr(self.response, "is_last_chunk_read", False)  # others: not known
+        return bool(is_last) and not self.splitter.has_pending()
+
     async def _read_to_first_token(self) -> None:
         async for chunk in self.chunks:
             events = self.splitter.feed(chunk)
