@@ -174,10 +174,12 @@ def test_a_newcomer_key_is_queued_and_served_while_a_heavy_key_fills_the_queue(
             finished: list[str] = []
 
             async def ask(key: str, label: str, delay_s: float) -> int:
-                await asyncio.sleep(delay_s)
+                # the client is made before the wait: making one (an SSL context) can take
+                # longer than the 20 ms between arrivals on a loaded machine
                 async with openai.AsyncOpenAI(
                     base_url=f"{gw.url}/v1", api_key=key, max_retries=0
                 ) as api:
+                    await asyncio.sleep(delay_s)
                     try:
                         await api.chat.completions.create(
                             model="fake", messages=[{"role": "user", "content": label}],
