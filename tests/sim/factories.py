@@ -39,6 +39,8 @@ def scheduler(
     enable_prefix_caching: bool = True,
     reserve_full_isl: bool = True,
     is_v0: bool = False,
+    v0_watermark_blocks: int = -1,
+    num_scheduler_steps: int = 1,
 ) -> Scheduler:
     kv = KVCacheManager(
         num_gpu_blocks,
@@ -53,6 +55,8 @@ def scheduler(
         enable_chunked_prefill=not is_v0,
         reserve_full_isl=reserve_full_isl,
         is_v0=is_v0,
+        num_scheduler_steps=num_scheduler_steps,
+        v0_watermark_blocks=v0_watermark_blocks,
     )
     return Scheduler(config, kv)
 

@@ -130,6 +130,7 @@ def _specs() -> st.SearchStrategy[WorkloadSpec]:
     reserve_full_isl=st.booleans(),
     seed=st.integers(0, 3),
     token_s=st.sampled_from([0.0, 0.004]),
+    v0_block_manager=st.booleans(),
 )
 def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
     spec: WorkloadSpec,
@@ -139,6 +140,7 @@ def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
     reserve_full_isl: bool,
     seed: int,
     token_s: float,
+    v0_block_manager: bool,
 ) -> None:
     config = flat_config(
         num_blocks,
@@ -148,6 +150,8 @@ def test_fast_paths_match_the_reference_scheduler_bit_for_bit(
     )
     # with an API server slower than the steps (frontend.py) as well: its token stream too
     config = replace(config, coefficients=replace(config.coefficients, frontend_token_s=token_s))
+    # V0 with chunked prefill (VLLM_USE_V1=0 above 32K context) takes the fast paths too
+    config = replace(config, engine=replace(config.engine, v0_block_manager=v0_block_manager))
     workload = build_workload(spec, random.Random(seed))
     fast = simulate(config, workload, fast=True)
     reference = simulate(config, workload, fast=False)

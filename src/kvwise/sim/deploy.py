@@ -106,6 +106,7 @@ def deployment(
         # prompts first (`_schedule_default`)
         is_v0=result.engine == "V0" and not resolved.enable_chunked_prefill,
         num_scheduler_steps=num_scheduler_steps if result.engine == "V0" else 1,
+        v0_block_manager=result.engine == "V0",
     )
     # pipeline stages run one after the other for a step's batch: every stage's weights are
     # read in turn (the planner's figure is the heaviest stage)

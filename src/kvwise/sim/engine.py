@@ -30,6 +30,9 @@ from kvwise.sim.request import Request, Status
 from kvwise.sim.scheduler import Scheduler, SchedulerConfig, StepPlan
 from kvwise.sim.steptime import StepWeights
 
+# `BlockSpaceManager(watermark=0.01)` (0.9.1 `vllm/core/block_manager.py`, the default since
+# `block_manager_v1.py` in 0.2-0.6): blocks V0 keeps free when it admits a prompt
+V0_WATERMARK: Final = 0.01
 MAX_SAMPLES: Final = 2000  # time-series points kept (older ones are thinned by halves)
 
 
@@ -47,6 +50,9 @@ class EngineConfig:
     reserve_full_isl: bool = True
     is_v0: bool = False
     num_scheduler_steps: int = 1  # V0 only (`--num-scheduler-steps`)
+    # V0's block manager admits whole sequences above a watermark (scheduler.py), with or
+    # without chunked prefill (`is_v0` is V0 without it)
+    v0_block_manager: bool = False
     # "sglang": SGLang's scheduler (sglang_scheduler.py) over the same pool, with one-token blocks
     scheduler: str = "vllm"
     schedule_policy: str = "fcfs"  # SGLang's --schedule-policy (lpm or fcfs)
@@ -71,6 +77,9 @@ class EngineConfig:
             reserve_full_isl=self.reserve_full_isl,
             is_v0=self.is_v0,
             num_scheduler_steps=self.num_scheduler_steps,
+            v0_watermark_blocks=(
+                int(V0_WATERMARK * self.num_gpu_blocks) if self.v0_block_manager else -1
+            ),
         )
 
 
@@ -107,6 +116,7 @@ class Engine:
         self.step_end_s = array("d")
         self.cohort = DecodeCohort(self.kv_cache, self.step_end_s)
         self.scheduler.before_preempt = self._before_preempt
+        self.scheduler.on_ignored = self._reject
         self.step_log = StepLog() if record_steps else None
         self.now = 0.0
         self.step_index = 0
@@ -144,13 +154,16 @@ class Engine:
             request = arrivals.pop()
             if request.num_prompt_tokens + request.max_tokens > max_model_len:
                 # vLLM's API server answers 400: prompt + max_tokens exceed max_model_len
-                request.status = Status.REJECTED
-                request.finish_s = now
-                self.rejected.append(request)
-                self.on_done(request)
+                self._reject(request)
                 continue
             request.arrival_step = self.step_index
             self.scheduler.add_request(request)
+
+    def _reject(self, request: Request) -> None:
+        request.status = Status.REJECTED
+        request.finish_s = self.now
+        self.rejected.append(request)
+        self.on_done(request)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -163,6 +176,9 @@ class Engine:
             if not scheduler.running and not waiting:
                 if not arrivals:
                     return
+                if scheduler.block_finished:  # V0 multi-step: the block ends before idling
+                    self._step()
+                    continue
                 self.now = max(self.now, arrivals.next_s)  # idle until the next arrival
                 continue
             # a request that just reached an empty queue is usually admitted at once: go
@@ -320,6 +336,8 @@ class Engine:
             budget = scheduler.schedule_running(plan, self._explicit_tail(), budget)
         if not plan.num_preempted:
             scheduler.admit_waiting(plan, budget)
+        elif scheduler.config.v0_watermark_blocks >= 0:
+            scheduler.admit_after_preemption(plan, budget)
         scheduler.advance_computed(plan)
         plan.num_decode_tokens += num_lazy
         plan.decode_context += cohort.decode_context(step)

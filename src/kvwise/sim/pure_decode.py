@@ -225,7 +225,16 @@ def _admit_whole_prompts(engine: Engine) -> bool:
         num_blocks += kv_cache.blocks_needed(request, num_new, hits, reserve_full_isl)
         budget -= num_new
         admissions.append((request, hits, num_new))
-    if num_blocks > kv_cache.pool.num_free_blocks:
+    # V0's block manager (Scheduler._v0_can_allocate): each admission leaves the watermark
+    # free, so all of them do when the last one does; one that could never fit goes the
+    # reference way
+    watermark = scheduler.config.v0_watermark_blocks
+    if watermark >= 0:
+        usable = kv_cache.pool.num_blocks - 1 - watermark
+        for request, hits, num_new in admissions:
+            if kv_cache.blocks_needed(request, num_new, hits, True) > usable:
+                return False
+    if num_blocks + max(watermark, 0) > kv_cache.pool.num_free_blocks:
         return False
     # Engine._schedule_fast: the decoders' blocks, then admit_waiting's body for each request
     if group:

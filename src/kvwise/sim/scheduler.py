@@ -12,7 +12,14 @@ V1 (`vllm/v1/core/sched/scheduler.py: Scheduler.schedule`):
    does not fit stops admission (head-of-line, FCFS).
 
 V0 (`vllm/core/scheduler.py`, chunked prefill off): a step either admits waiting prompts whole
-(prefill-first) or decodes every running request; preemption by recompute as above.
+(prefill-first) or decodes every running request; preemption by recompute as above. With
+chunked prefill on, V0's step is V1's (running first, then chunks of waiting prompts). Either
+way V0 admits through its block manager (`vllm/core/block_manager.py` at 0.9.1,
+`SelfAttnBlockSpaceManager.can_allocate`; `block_manager_v1/v2.py` in 0.5-0.6): the WHOLE
+sequence's blocks (prompt plus any tokens generated before a preemption) must leave at least
+`watermark_blocks` (`watermark=0.01` of the GPU blocks) free, and `allocate` then takes all of
+them at once, even when only a chunk is computed this step (`_schedule_prefills`: LATER stops
+admission; NEVER ignores the request).
 
 The engine applies the step's outcome (`Scheduler.update_after_step`) once its time is known.
 `StepPlan` carries the step's token counts, which is all the step-time model reads.
@@ -37,6 +44,12 @@ class SchedulerConfig:
     reserve_full_isl: bool = True  # vLLM >= 0.18 (PR #37307); earlier: only the chunk must fit
     is_v0: bool = False  # V0 engine: prefill-first steps, whole prompts
     num_scheduler_steps: int = 1  # V0 multi-step: a decode batch runs this many steps
+    # V0 block manager admission: blocks kept free above a whole sequence (-1: V1 admission)
+    v0_watermark_blocks: int = -1
+
+
+# V0's AllocStatus (`vllm/core/interfaces.py`)
+V0_OK, V0_LATER, V0_NEVER = 0, 1, 2
 
 
 class StepPlan:
@@ -94,8 +107,13 @@ class Scheduler:
         self.prefix_hit_tokens = 0
         self.next_running_seq = 0
         self.multi_step_left = 0  # V0 multi-step: decode steps left before the next admission
+        # V0 multi-step: the KV context each sequence that finished inside the current block
+        # reads at the block's next step (it stays in the block's batch until the block ends)
+        self.block_finished: list[int] = []
         # called before a running request is preempted (the engine syncs implicit decoders)
         self.before_preempt: Callable[[Request], None] | None = None
+        # called for a request V0's block manager could never hold (AllocStatus.NEVER)
+        self.on_ignored: Callable[[Request], None] | None = None
 
     def add_request(self, request: Request) -> None:
         request.status = Status.WAITING
@@ -113,6 +131,8 @@ class Scheduler:
             )
             if not plan.num_preempted:
                 self.admit_waiting(plan, budget)
+            elif self.config.v0_watermark_blocks >= 0:
+                self.admit_after_preemption(plan, budget)
         self.advance_computed(plan)
         return plan
 
@@ -162,6 +182,21 @@ class Scheduler:
             num_new = request.num_tokens - num_computed
             if not config.enable_chunked_prefill and num_new > budget:
                 break
+            if config.v0_watermark_blocks >= 0:
+                status = self._v0_can_allocate(request, num_new, hits)
+                if status == V0_LATER:
+                    break
+                waiting.popleft()
+                if status == V0_NEVER:
+                    if self.on_ignored is not None:
+                        self.on_ignored(request)
+                    continue
+                kv_cache.allocate_checked(request, num_new, hits)  # the whole sequence
+                num_new = min(num_new, budget)
+                self.start_running(request, num_computed)
+                plan.add(request, num_new)
+                budget -= num_new
+                continue
             num_new = min(num_new, budget)
             if not kv_cache.allocate_slots(
                 request, num_new, hits, full_sequence_must_fit=config.reserve_full_isl
@@ -171,6 +206,28 @@ class Scheduler:
             self.start_running(request, num_computed)
             plan.add(request, num_new)
             budget -= num_new
+
+    def admit_after_preemption(self, plan: StepPlan, budget: int) -> None:
+        """V0 with chunked prefill admits in a step that preempted, too: 0.9.1
+        `core/scheduler.py: Scheduler._schedule_chunked_prefill` gates only `_schedule_swapped`
+        on preemption, calls `_schedule_prefills` on the queue as it was, and only then puts the
+        step's victims back at its head (`self.waiting.extendleft(running_scheduled.preempted)`)."""
+        waiting = self.waiting
+        victims = [waiting.popleft() for _ in range(plan.num_preempted)]
+        self.admit_waiting(plan, budget)
+        victims.reverse()
+        waiting.extendleft(victims)
+
+    def _v0_can_allocate(self, request: Request, num_new: int, hits: list[int]) -> int:
+        """V0's `BlockSpaceManager.can_allocate` (0.9.1 `core/block_manager.py`): the whole
+        sequence's blocks against the free blocks less the watermark."""
+        kv_cache, watermark = self.kv_cache, self.config.v0_watermark_blocks
+        needed = kv_cache.blocks_needed(request, num_new, hits, True)
+        if kv_cache.pool.num_blocks - 1 - needed < watermark:  # (less the null block)
+            return V0_NEVER
+        if kv_cache.pool.num_free_blocks - needed >= watermark:
+            return V0_OK
+        return V0_LATER
 
     def can_admit_head(self, budget: int) -> bool:
         """Whether `admit_waiting` would admit the head of the queue now (no state changes)."""
@@ -182,6 +239,8 @@ class Scheduler:
         num_new = request.num_tokens - len(hits) * kv_cache.block_size
         if not config.enable_chunked_prefill and num_new > budget:
             return False
+        if config.v0_watermark_blocks >= 0:
+            return self._v0_can_allocate(request, num_new, hits) != V0_LATER
         needed = kv_cache.blocks_needed(
             request, min(num_new, budget), hits, config.reserve_full_isl
         )
@@ -202,16 +261,34 @@ class Scheduler:
         """V0 without chunked prefill: whole prompts first; decode only when none is admitted.
 
         With `--num-scheduler-steps N` (multi-step), a decode batch runs N steps before the
-        scheduler looks at the queue again, so arrivals wait for the block to end.
+        scheduler looks at the queue again, so arrivals wait for the block to end. A sequence
+        that finishes inside the block stays in its batch until the block ends: 0.6.0
+        `engine/llm_engine.py: LLMEngine.step` reuses the cached `seq_group_metadata_list` while
+        `_has_remaining_steps` (the N steps run on the GPU, outputs are processed at the last
+        one) and calls `Scheduler.schedule` only at block boundaries. So when the whole batch
+        finishes early, the block's remaining steps still run, and only then is the queue seen.
         """
         config = self.config
-        if self.multi_step_left > 0:
+        if self.multi_step_left > 0 and (self.running or self.block_finished):
             self.multi_step_left -= 1
-        else:
-            self.admit_waiting(plan, config.max_num_batched_tokens)
-            if plan.num_scheduled_reqs:
-                return
-            self.multi_step_left = config.num_scheduler_steps - 1
+            self.schedule_running(plan, list(self.running.values()), config.max_num_batched_tokens)
+            contexts = self.block_finished
+            for index, context in enumerate(contexts):  # finished, still computed
+                plan.num_decode_tokens += 1
+                plan.decode_context += context
+                plan.num_scheduled_reqs += 1
+                contexts[index] = context + 1
+            if not self.multi_step_left:
+                contexts.clear()  # the block's last step: they leave with it
+            return
+        # a block boundary (or a block whose batch was preempted whole: V0 allocates a block's
+        # slots at its start, so this is the simulator's per-step allocation, not V0's)
+        self.multi_step_left = 0
+        self.block_finished.clear()
+        self.admit_waiting(plan, config.max_num_batched_tokens)
+        if plan.num_scheduled_reqs:
+            return
+        self.multi_step_left = config.num_scheduler_steps - 1
         self.schedule_running(plan, list(self.running.values()), config.max_num_batched_tokens)
 
     @staticmethod
@@ -243,6 +320,8 @@ class Scheduler:
         return produced, finished
 
     def finish(self, request: Request) -> None:
+        if self.multi_step_left:  # V0 multi-step: its block's next steps still compute it
+            self.block_finished.append(request.num_computed_tokens + 1)
         request.status = Status.FINISHED
         del self.running[request.request_id]
         if self.kv_cache.enable_prefix_caching and request.is_shareable:
