@@ -58,6 +58,11 @@ GPU_NAMES = {  # the unseen file's spelling -> catalog name
     "RTX-5070-Ti-16GB": "RTX 5070 Ti",
     "RTX-5090-32GB": "RTX 5090",
     "RTX-PRO-6000-Blackwell-96GB": "RTX PRO 6000 Blackwell",
+    # set f (SERVING_SOURCES_f.md); all four are catalog cards
+    "T4-16GB": "T4",
+    "RTX-5080-Laptop-16GB": "RTX 5080 Laptop",  # the 16 GB laptop part, not the desktop card
+    "A40-48GB": "A40",
+    "RTX-A5000-24GB": "RTX A5000",
 }
 
 # Unseen model -> catalog model with the same shapes (a fine-tune or a renamed repository).

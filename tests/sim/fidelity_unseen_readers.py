@@ -439,6 +439,229 @@ def set_e(record: dict[str, Any], gpu: str) -> Case | Skipped:
     )
 
 
+# Set f (SERVING_SOURCES_f.md). IsseiHasegawa/vLLM-experiment built vLLM at commit 702f4814
+# with a logging-only patch; the record calls it a main-branch build with no release. That
+# commit is the v0.25.0 tag (vllm-project/vllm tag v0.25.0 -> 702f4814fe54fabff350d43cb753ae3e47c0c276),
+# and the author's own README said so: "Pinned to vLLM v0.25.0 (commit 702f4814fe54...)"
+# (github.com/IsseiHasegawa/vLLM-experiment/blob/c46717b24c49da200820f1a8e1446c25454b413c/README.md).
+# Set f's rule 2 takes a pinned image tag as the release; a pinned release commit is the same
+# code, so the release's defaults apply (the fork only adds phase logging: the -noinstr control).
+ISSEI_RELEASE = "0.25.0"
+
+# Raditya's ShareGPT runs publish no token totals. benchmark_serving (0.4.1 and the v0.8.5 copy
+# it ran) shuffles the ShareGPT file with the seed (0 by default) and keeps the first prompts
+# that pass the same filter (4..1024 prompt tokens, prompt + output <= 2048), tokenised with the
+# model's tokenizer: Llama 3.2 uses the Llama 3 tokenizer, so its 100 prompts are those of
+# zhjunqin-3090-llama3-8b-base-rr1-n100 (serving_benchmarks_unseen.jsonl: 100 prompts, default
+# seed, Meta-Llama-3-8B-Instruct), which sent 22,925 prompt tokens and got 21,789 back. The
+# output is that model's (Llama-3.2-3B's own stops are not published): an assumption.
+SHAREGPT_100_SEED0_LLAMA3 = (229, 218)
+
+# Sweeps run against one server in a fixed order with the client's default seed, prefix
+# caching on: a run finds the prompts of the runs before it cached (`_earlier_runs` above,
+# `kvwise.sim.warm.replay_earlier_runs`). Per source, in run order:
+# (random input length or None for ShareGPT, output length, max concurrency, prompts).
+SET_F_SWEEPS: dict[str, tuple[tuple[int | None, int | None, int, int], ...]] = {
+    # SongXP111/vllm-serving-lab scripts/benchmark.sh @d6bdedf4: one `docker compose` server,
+    # 32 prompts per run: 128/128 at concurrency 1, 2, 4, 8, then 2048/128 at 1, 2, 4, 8
+    "songxp": tuple((i, 128, c, 32) for i in (128, 2048) for c in (1, 2, 4, 8)),
+    # ahmedwaleedmalik/k8s-llm-inference-platform benchmarks/job.yaml @221552cc: one Job
+    # against one deployment, `for C in 1 2 4 8 16 32`, N = min(20 C, 320), seed 42
+    "k8splat": tuple((256, 128, c, min(20 * c, 320)) for c in (1, 2, 4, 8, 16, 32)),
+    # Raditya0902/vLLM-inference-benchmarking-harness benchmarks/run_matrix.sh @9dc807b7: one
+    # server per config, the same 100 ShareGPT prompts at concurrency 1, 4, 8, 16, 32
+    "raditya": tuple((None, None, c, 100) for c in (1, 4, 8, 16, 32)),
+}
+
+
+def _set_f_earlier_runs(
+    record: dict[str, Any], workload: WorkloadSpec, notes: list[str]
+) -> tuple[WorkloadSpec, ...]:
+    """The runs before this one on the same server (SET_F_SWEEPS), then the client's test
+    request (prompt 0), as `_earlier_runs` reads dennislee22's logged history."""
+    w, source = record["workload"], record["id"].split("-")[1]
+    sweep = SET_F_SWEEPS.get(source, ())
+    here = (w.get("random_input_len"), w.get("random_output_len"), w.get("max_concurrency"))
+    position = next(
+        (k for k, run in enumerate(sweep) if run[:3] == here and run[3] == w["num_prompts"]),
+        None,
+    )
+    earlier: list[WorkloadSpec] = []
+    if sweep and position is None:
+        notes.append("run not found in the source's sweep order: prefix cache starts cold")
+    for prompt, output, concurrency, count in sweep[:position] if position else ():
+        run = replace(workload, max_concurrency=concurrency, num_prompts=count)
+        if prompt is not None and output is not None:
+            # the same chat-template overhead as this run's prompts
+            extra = workload.input_len - int(w["random_input_len"])
+            run = replace(run, input_len=prompt + extra, output_len=output, max_tokens=output)
+        earlier.append(run)
+    if earlier:
+        notes.append(
+            f"{len(earlier)} earlier run(s) on the same server, same seed: their prompts start "
+            "cached (the source's run order)"
+        )
+    elif sweep:
+        notes.append("first run of the source's sweep: prefix cache assumed cold before it")
+    elif source == "vob":
+        # src/vob/cli.py _run_one: "Launch server -> telemetry -> bench -> reduce -> store one
+        # cell"; src/vob/server.py warm_up sends two 8-token "Warm up." completions first
+        notes.append("a server launched per run (src/vob/cli.py), 2 tiny warm-ups: no earlier runs")
+    elif not w.get("warm_prefix_replay"):
+        notes.append("runs before this one on its server not stated: prefix cache starts cold")
+    notes.append("the client's test request (prompt 0) runs first: prompt 0 starts cached")
+    return (*earlier, replace(workload, num_prompts=1))
+
+
+def _set_f_workload(record: dict[str, Any], notes: list[str]) -> WorkloadSpec | str:
+    """What the client sent, or why it cannot be read (a Skipped reason)."""
+    w, m = record["workload"], record["metrics"]
+    sent = int(w["num_prompts"])
+    done = int(m.get("completed") or sent)
+    load: dict[str, Any] = {
+        "num_prompts": sent,
+        "request_rate": rate(w),
+        "max_concurrency": w.get("max_concurrency"),
+        "burstiness": float(w.get("burstiness") or 1.0),
+    }
+    chat = w.get("backend") == "openai-chat"
+    dataset = str(w["dataset"])
+    if dataset == "random":
+        max_tokens = int(w["random_output_len"])
+        prompt = int(w["random_input_len"])
+        if m.get("total_input_tokens"):
+            # what the server counted: the chat template's tokens included
+            prompt = round(m["total_input_tokens"] / done)
+            notes.append(f"prompt {prompt} tokens per request (total_input_tokens / completed)")
+        elif chat:
+            notes.append(CHAT_NOTE)
+        output = max_tokens
+        if w.get("ignore_eos"):
+            notes.append("output = max_tokens (--ignore-eos)")
+        elif m.get("total_output_tokens"):
+            output = min(max_tokens, round(m["total_output_tokens"] / done))
+            notes.append("output: the run's tokens per request (total_output_tokens / completed)")
+        else:
+            notes.append("--ignore-eos not passed: every request assumed to reach max_tokens")
+        notes.append("vLLM's random prompts (range ratio 0: every prompt the same length)")
+        return WorkloadSpec(
+            "random", input_len=prompt, output_len=max(output, 1), max_tokens=max_tokens, **load
+        )
+    if not dataset.startswith("sharegpt"):
+        return f"dataset {dataset}: no set-f reader for it"
+    if "copies of one" in dataset:
+        # wjj's "agent" file: one conversation repeated, its timestamp first (SERVING_SOURCES_f)
+        prompt = round(m["total_input_tokens"] / done)
+        output = round(m["total_output_tokens"] / done)
+        notes.append(
+            f"100 copies of one ShareGPT turn: every prompt {prompt} tokens, every answer "
+            f"{output} (the run's totals / completed; max_tokens = the dataset's reply)"
+        )
+        if "different date" in dataset:
+            notes.append(
+                "dynamic: each copy starts with its own date, so no prompt shares its first "
+                "16-token block with another: the prefix cache finds no hits (distinct prompts)"
+            )
+        else:
+            notes.append("static: identical prompts, prefix caching off (nothing reused)")
+        return WorkloadSpec(
+            "random", input_len=prompt, output_len=output, max_tokens=output, **load
+        )
+    if m.get("total_input_tokens") and m.get("total_output_tokens"):
+        prompt = round(m["total_input_tokens"] / done)
+        output = round(m["total_output_tokens"] / done)
+        notes.append("ShareGPT lengths synthetic with the run's mean prompt and output tokens")
+        if chat:
+            notes.append("chat endpoint: prompt totals include the template (counted as sent)")
+    elif "llama-3" in model_name(record).lower() and sent == 100 and not w.get("seed"):
+        prompt, output = SHAREGPT_100_SEED0_LLAMA3
+        notes.append(
+            "ShareGPT totals not published: the same 100 prompts (seed 0, Llama 3 tokenizer) "
+            "as zhjunqin-3090-llama3-8b-base-rr1-n100 sent, 229 tokens each on average; "
+            "output 218 (Llama-3-8B-Instruct's answers there, assumed)"
+        )
+    else:
+        return "ShareGPT token totals not published (prompt and output lengths unknown)"
+    if w.get("ignore_eos"):
+        notes.append("--ignore-eos: each answer is the dataset reply's length")
+    return WorkloadSpec("sharegpt", input_len=prompt, output_len=max(output, 1), **load)
+
+
+def set_f(record: dict[str, Any], gpu: str) -> Case | Skipped:
+    """Set f (unseen/serving_benchmarks_f.jsonl, SERVING_SOURCES_f.md): one layout for seven
+    sources. The flags the record states, the release's defaults otherwise; the workload as
+    sent (random, ShareGPT with the run's token totals, wjj's repeated turn); a warm replay
+    starts with its prompts in the prefix cache."""
+    f, w = record["server_flags"], record["workload"]
+    source = record["id"].split("-")[1]
+    notes: list[str] = ["unset flags: the release's defaults"]
+    release = version(record.get("engine_version"))
+    if release is None and source == "issei":
+        release = ISSEI_RELEASE
+        notes.append(
+            "vLLM 0.25.0: commit 702f4814 is the v0.25.0 tag (the author's README pinned it), "
+            "plus a phase-logging patch"
+        )
+    if release is None:
+        return Skipped(record["id"], "vLLM release not stated")
+    workload = _set_f_workload(record, notes)
+    if isinstance(workload, str):
+        return Skipped(record["id"], workload)
+    env = f.get("env") or {}
+    use_v1 = False if str(env.get("VLLM_USE_V1")) == "0" else None
+    if use_v1 is False:
+        notes.append("V0 engine (VLLM_USE_V1=0)")
+    flags = VllmFlags(
+        tensor_parallel_size=_tp(record),
+        dtype=f.get("dtype"),
+        max_model_len=f.get("max_model_len"),
+        max_num_seqs=f.get("max_num_seqs"),
+        max_num_batched_tokens=f.get("max_num_batched_tokens"),
+        gpu_memory_utilization=f.get("gpu_memory_utilization"),
+        kv_cache_dtype=f.get("kv_cache_dtype"),
+        enable_prefix_caching=f.get("enable_prefix_caching"),
+        enable_chunked_prefill=f.get("enable_chunked_prefill"),
+    )
+    if f.get("async_scheduling") is False:
+        notes.append("--no-async-scheduling: the synchronous step loop kvwise models")
+    if env.get("VLLM_PHASE_LOG_DIR") == "set":
+        notes.append("phase logging on (the author's control: <= 3 % on TTFT p50): not modelled")
+    if w.get("num_warmups"):
+        left = (
+            "nothing cached (prefix caching off)"
+            if f.get("enable_prefix_caching") is False
+            else "not simulated"
+        )
+        notes.append(f"{w['num_warmups']} warm-up requests before the run: {left}")
+    warm = bool(w.get("warm_prefix_replay"))
+    if warm:
+        notes.append(
+            "replay of the previous run's prompts on the same server: the prefix cache starts "
+            "with them (their answers not cached)"
+        )
+    earlier: tuple[WorkloadSpec, ...] = ()
+    if f.get("enable_prefix_caching") is not False:
+        earlier = _set_f_earlier_runs(record, workload, notes)
+    if "(" in str(record["model"]):
+        notes.append(f"model: {str(record['model']).split(' (', 1)[1].rstrip(')')}")
+    sent = int(w["num_prompts"])
+    return Case(
+        record["id"],
+        source,
+        gpu,
+        model_name(record),
+        release,
+        flags,
+        workload,
+        measured(record["metrics"], sent),
+        None,
+        tuple(notes),
+        warm_cache=warm,
+        earlier_runs=earlier,
+        vllm_use_v1=use_v1,
+    )
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "gpustack-": gpustack,
     "dennislee22-": dennislee22,
@@ -451,4 +674,5 @@ READERS: dict[str, Callable[[dict[str, Any], str], Case | Skipped]] = {
     "vllm-pr-": vllm_thread,
     "do-gtc-": digitalocean,
     "e-": set_e,
+    "f-": set_f,
 }
