@@ -321,21 +321,41 @@ def test_start_up_frees_garbage_before_freezing_what_start_up_made() -> None:
 
 def test_one_session_filling_the_queue_does_not_keep_a_newcomer_out() -> None:
     """One request runs at a time (budget); an agent queues 4 more, filling the queue; a
-    newcomer is still queued and served, and the agent's newest request is the one refused."""
-    with fake_upstreams(Behaviour(ttft_s=0.3)) as ups:
+    newcomer is still queued and served, and the agent's newest request is the one refused.
+    Each request is sent once the gateway's /metrics shows the one before it running or
+    queued, so the order holds however slow the machine is (sleeps did not, under load)."""
+    with fake_upstreams(Behaviour(ttft_s=1.0)) as ups:
         config = make_config([ups[0][0]], budget_tokens=1, max_queue=4)
         with running_gateway(config) as gw:
 
-            async def ask(api: httpx.AsyncClient, session: str, delay_s: float) -> int:
-                await asyncio.sleep(delay_s)
+            async def gauge(api: httpx.AsyncClient, name: str) -> float:
+                text = (await api.get("/metrics")).text
+                for family in text_string_to_metric_families(text):
+                    for sample in family.samples:
+                        if sample.name == name and not sample.labels:
+                            return sample.value
+                raise AssertionError(f"{name} not in /metrics")
+
+            async def until(api: httpx.AsyncClient, name: str, value: float) -> None:
+                deadline = asyncio.get_running_loop().time() + 20
+                while await gauge(api, name) < value:
+                    assert asyncio.get_running_loop().time() < deadline, (name, value)
+                    await asyncio.sleep(0.01)
+
+            async def ask(api: httpx.AsyncClient, session: str) -> int:
                 headers = {"x-session-id": session}
                 response = await api.post("/v1/chat/completions", json=CHAT, headers=headers)
                 return response.status_code
 
             async def scenario() -> list[int]:
                 async with httpx.AsyncClient(base_url=gw.url, timeout=30) as api:
-                    agent = [ask(api, "agent", 0.02 * i) for i in range(5)]
-                    return await asyncio.gather(*agent, ask(api, "newcomer", 0.2))
+                    sent = [asyncio.create_task(ask(api, "agent"))]
+                    await until(api, "kvwise_requests_admitted_total", 1)
+                    for queued in range(1, 5):
+                        sent.append(asyncio.create_task(ask(api, "agent")))
+                        await until(api, "kvwise_queue_depth", queued)
+                    sent.append(asyncio.create_task(ask(api, "newcomer")))
+                    return list(await asyncio.gather(*sent))
 
             statuses = asyncio.run(scenario())
         assert statuses == [200, 200, 200, 200, 429, 200]
