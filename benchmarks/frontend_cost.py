@@ -10,10 +10,12 @@ the engine core is a separate child process and is not counted) around three pha
     many-token  the same prompts with max_tokens N (ignore_eos): each extra token is one pass
                 through the output processor (detokenization) and one SSE chunk written
     chat        /v1/chat/completions with max_tokens 1: the chat template on top
+    chat-many   /v1/chat/completions with max_tokens N: the chat stream's cost per token
 
     frontend_token_s    = (CPU(many) - CPU(one)) / (requests x (N - 1))
     frontend_request_s  = CPU(one) / requests
     chat extra per request = (CPU(chat) - CPU(one)) / requests
+    chat_token_s        = (CPU(chat-many) - CPU(chat)) / (requests x (N - 1))
 
 These are the API server's CPU costs that kvwise's simulator puts on its front end
 (src/kvwise/sim/frontend.py). The CPU is this machine's, not a GPU server's host; the figure is
@@ -83,11 +85,11 @@ def completion(i: int, max_tokens: int) -> dict[str, object]:
     }
 
 
-def chat(i: int) -> dict[str, object]:
+def chat(i: int, max_tokens: int = 1) -> dict[str, object]:
     return {
         "model": SERVED_MODEL_NAME,
         "messages": [{"role": "user", "content": prompt(i)}],
-        "max_tokens": 1,
+        "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": True,
         "temperature": 0.0,
@@ -136,8 +138,11 @@ def main(argv: list[str]) -> int:
                 chat_phase = measure(
                     url, pid, "/v1/chat/completions", [chat(i) for i in range(n)], args.streams
                 )
+                chat_many = measure(
+                    url, pid, "/v1/chat/completions", [chat(i, m) for i in range(n)], args.streams
+                )
             except httpx.HTTPStatusError as exc:
-                chat_phase = None
+                chat_phase = chat_many = None
                 print(f"chat endpoint not measured: {exc}", file=sys.stderr)
         finally:
             engine.stop()
@@ -163,6 +168,12 @@ def main(argv: list[str]) -> int:
         "frontend_request_s": one[0] / n,
         "frontend_token_s": token_s,
         "chat_extra_request_s": None if chat_phase is None else (chat_phase[0] - one[0]) / n,
+        "chat_many_token": None
+        if chat_many is None
+        else {"cpu_s": chat_many[0], "wall_s": chat_many[1], "chunks": chat_many[2]},
+        "chat_token_s": None
+        if chat_phase is None or chat_many is None
+        else (chat_many[0] - chat_phase[0]) / (n * (m - 1)),
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -174,6 +185,8 @@ def main(argv: list[str]) -> int:
     )
     if result["chat_extra_request_s"] is not None:
         print(f"  chat template, per request:   {result['chat_extra_request_s'] * 1e6:8.0f} us CPU")
+    if result["chat_token_s"] is not None:
+        print(f"  chat, per extra output token: {result['chat_token_s'] * 1e6:8.1f} us CPU")
     print(f"  wall: {one[1]:.1f} s / {many[1]:.1f} s; chunks {one[2]} / {many[2]}")
     return 0
 

@@ -63,8 +63,12 @@ own reports allow: the V1 server came within 3 % of the offline `LLM` class at 5
 tokens, about 11,000 output tokens/s (github.com/vllm-project/vllm/pull/11636, so at most ~90 us
 per token if that 3 % were all of it), the V0 front end streamed 8,475 tokens/s on one H100
 (pull/8125), and the SSE render alone costs 7.5 us per chunk with pydantic (pull/52875).
-`kvwise bench` reads the server's own figure (`process_cpu_seconds_total` of the API server on
-/metrics) and `kvwise calibrate` stores it per deployment (`calibrated_token_s`).
+The chat endpoint costs the same per token (69 us against 63-83 us on /v1/completions, same
+script) and about 1 ms more per request (`serving_chat.py: _preprocess_chat`, the template):
+not modelled apart, it is within the spread of the fitted `api_overhead_s`
+(docs/simulator.md, "The API server at low load"). `kvwise bench` reads the server's own
+figure (`process_cpu_seconds_total` of the API server on /metrics) and `kvwise calibrate`
+stores it per deployment (`calibrated_token_s`).
 """
 
 from __future__ import annotations
