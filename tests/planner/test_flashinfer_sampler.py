@@ -49,3 +49,35 @@ def test_a_card_without_the_flashinfer_sampler_keeps_the_sort() -> None:
 
     assert per_logit("v100-32gb-sxm2", "0.11.0") == per_logit("h100 sxm", "0.10.1")
     assert per_logit("h100 sxm", "0.11.0") < per_logit("v100-32gb-sxm2", "0.11.0")
+
+
+def test_from_0_11_1_the_profile_sorts_unless_flashinfer_is_asked_for() -> None:
+    # v0.11.1-v0.16.0 vllm/v1/sample/ops/topk_topp_sampler.py:TopKTopPSampler.__init__ takes
+    # FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1 (0.11.0: whenever it imports), so the
+    # same H100 start keeps less KV at 0.11.1 than at 0.11.0, and 0.16.0 as much as 0.11.1
+    model, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), find_gpu("h100 sxm")
+    flags = VllmFlags(max_model_len=8192)
+    by_version = {
+        v: plan(model, gpu, flags, vllm_version=v) for v in ("0.11.0", "0.11.1", "0.16.0")
+    }
+    assert by_version["0.11.1"].memory.activation_peak_bytes > (
+        by_version["0.11.0"].memory.activation_peak_bytes
+    )
+    assert by_version["0.11.1"].kv.tokens < by_version["0.11.0"].kv.tokens
+    assert by_version["0.16.0"].memory.activation_peak_bytes == (
+        by_version["0.11.1"].memory.activation_peak_bytes
+    )
+
+
+def test_llama3_8b_on_an_h200_at_0_11_2_gets_the_logged_kv_pool() -> None:
+    # faradawn/bench3 @446e08c, logs/vllm_server.log: vLLM 0.11.2, one H200, `--dtype bfloat16
+    # --max-model-len 1024` (0.9, 1,024 sequences, 8,192 batched tokens): "GPU KV cache size:
+    # 868,080 tokens"; with 0.11.0's FlashInfer sampler the plan had 888,976 (+2.4 %)
+    result = plan(
+        load_model("meta-llama/Meta-Llama-3-8B-Instruct"),
+        find_gpu("NVIDIA H200"),
+        VllmFlags(max_model_len=1024, dtype="bfloat16"),
+        vllm_version="0.11.2",
+    )
+    assert result.starts
+    assert abs(result.kv.tokens - 868_080) / 868_080 < 0.015

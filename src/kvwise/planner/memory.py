@@ -504,7 +504,8 @@ def _has_flashinfer_sampler(gpu: GpuSpec) -> bool:
     return not gpu.is_rocm and 7.5 <= float(gpu.compute_capability) <= 12.1
 
 
-# V1 runner with FlashInfer (0.10.2-0.16, read at 0.10.2 and 0.11.0): _dummy_sampler_run's top-k and
+# V1 runner with FlashInfer (0.10.2-0.11.0, read at 0.10.2 and 0.11.0; from 0.11.1 FlashInfer is opt-in,
+# VLLM_USE_FLASHINFER_SAMPLER=1, and the rules' `v1_flashinfer_sampler` is off): _dummy_sampler_run's top-k and
 # top-p go to flashinfer.sampling.top_k_top_p_sampling_from_logits (v1/sample/ops/
 # topk_topp_sampler.py:flashinfer_sample), which keeps top_k_mask_logits' masked copy and its softmax
 # alive beside Sampler.forward's fp32 copy and the model-dtype logits: dtype + 3 x 4 bytes per logit
