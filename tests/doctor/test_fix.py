@@ -6,6 +6,8 @@ names are passed the way a user passes `--model`/`--gpu` when the excerpt lacks 
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvwise.core.catalog import load_model
 from kvwise.core.flags import VllmFlags
 from kvwise.core.gpus import GIB, find_gpu
@@ -13,6 +15,7 @@ from kvwise.doctor import kinds
 from kvwise.doctor.command import flags_text, serve_command
 from kvwise.doctor.diagnose import diagnose
 from kvwise.planner import plan
+from kvwise.planner.result import Plan
 from tests.doctor.logs import (
     MODEL,
     V1_SERVING,
@@ -23,6 +26,7 @@ from tests.doctor.logs import (
     v0_start,
     v1_kv,
     v1_start,
+    warning,
 )
 from tests.doctor.records import by_id, pasted
 
@@ -253,3 +257,43 @@ def test_a_utilization_that_would_oom_in_the_sampler_warm_up_is_not_prescribed_a
     paired = next(o for o in options if "gpu_memory_utilization" in o.changes)
     assert "max_num_seqs" in paired.changes  # the warm-up's size comes down with it
     assert "the planner predicts cuda_oom_sampler_warmup" in paired.reason
+
+
+def _replans_with_sampler(extra: list[tuple[str, str, str]]) -> set[object]:
+    """The flashinfer_sampler every re-plan of the canonical 0.11.0 KV refusal passed."""
+    seen: set[object] = set()
+
+    def recording(*args: Any, **kwargs: Any) -> Plan:
+        seen.add(kwargs.get("flashinfer_sampler"))
+        return plan(*args, **kwargs)
+
+    lines = [
+        *v1_start("0.11.0", max_model_len=32768, util=0.9),
+        *extra,
+        info("gpu_worker.py:298", "Available KV cache memory: 1.60 GiB"),
+        error(
+            "core.py:700",
+            "ValueError: To serve at least one request with the model's max seq len (32768), "
+            "(1.75 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(1.60 GiB). Based on the available memory, the estimated maximum model length is "
+            "29952.",
+        ),
+    ]
+    diagnose(render(lines), gpu_hint="rtx4090", planner=recording)
+    return seen
+
+
+def test_the_doctor_re_plans_with_the_sampler_the_log_names() -> None:
+    # v0.11.0 vllm/v1/sample/ops/topk_topp_sampler.py:TopKTopPSampler.__init__: a pip install
+    # without FlashInfer warns "FlashInfer is not available. Falling back to the PyTorch-native
+    # implementation of top-p & top-k sampling. ..."; with it, "Using FlashInfer for top-p &
+    # top-k sampling."
+    fallback = warning(
+        "topk_topp_sampler.py:66",
+        "FlashInfer is not available. Falling back to the PyTorch-native implementation of "
+        "top-p & top-k sampling. For the best performance, please install FlashInfer.",
+    )
+    used = info("topk_topp_sampler.py:56", "Using FlashInfer for top-p & top-k sampling.")
+    assert _replans_with_sampler([fallback]) == {False}
+    assert _replans_with_sampler([used]) == {True}
+    assert _replans_with_sampler([]) == {None}  # not said: the release's default

@@ -101,12 +101,15 @@ class FixContext:
         values = {k: v for k, v in (self.flags | (changes or {})).items() if k in _FLAG_NAMES}
         try:
             flags = VllmFlags(**values).validate()
+            sampler = self.parsed.flashinfer_sampler
             return self.planner(
                 self.model,
                 self.gpu,
                 flags,
                 vllm_version=self.vllm_version,
                 num_gpus=_num_gpus(values),
+                # the sampler the log names (the install's, or VLLM_USE_FLASHINFER_SAMPLER)
+                **({} if sampler is None else {"flashinfer_sampler": sampler}),
             )
         except (KvwiseError, ValueError, ArithmeticError) as exc:
             if quiet:

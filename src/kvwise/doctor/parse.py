@@ -60,6 +60,21 @@ class ParsedLog:
     smi: NvidiaSmi
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def flashinfer_sampler(self) -> bool | None:
+        """Whether the V1 sampler used FlashInfer, where the log says (None: it does not).
+
+        v1/sample/ops/topk_topp_sampler.py:TopKTopPSampler.__init__ logs "Using FlashInfer for
+        top-p & top-k sampling." when it takes FlashInfer (0.8-0.33), and "... Falling back to
+        the PyTorch-native implementation of top-p & top-k sampling" when FlashInfer is missing
+        or turned off (0.8-0.11.0; from 0.11.1 the default sampler says so only at DEBUG).
+        """
+        if "Using FlashInfer for top-p & top-k sampling" in self.log.joined:
+            return True
+        if "PyTorch-native implementation of top-p & top-k sampling" in self.log.joined:
+            return False
+        return None
+
     def figure(self, name: str, before: int | None = None) -> float | None:
         """The last value of a figure at or before line `before` (else the last anywhere)."""
         occurrences = self.figures.get(name, ())

@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the VLLM_USE_V1 environment variable vLLM 0.8.0-0.10.1 runs with (0: the V0 engine)",
     )
     parser.add_argument(
+        "--flashinfer-sampler",
+        type=int,
+        choices=(0, 1),
+        help="whether vLLM's V1 sampler uses FlashInfer: 1 with VLLM_USE_FLASHINFER_SAMPLER=1 "
+        "(0.11.1+, where it is opt-in), 0 for a pip install without the [flashinfer] extra "
+        "(0.8.0-0.11.0); default: the release's own default (docs/vllm_rules.md)",
+    )
+    parser.add_argument(
         "--engine",
         type=_engine,
         default="vllm",
@@ -181,6 +189,7 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
 
         return run_sglang(model, gpu, flags, as_json=args.json, sglang=sglang_flags_from_args(args))
     use_v1 = None if args.vllm_use_v1 is None else bool(args.vllm_use_v1)
+    sampler = None if args.flashinfer_sampler is None else bool(args.flashinfer_sampler)
     result = plan(
         model,
         gpu,
@@ -188,6 +197,7 @@ def run_parsed(args: argparse.Namespace, model_name: str, flags: VllmFlags) -> i
         vllm_version=args.vllm_version,
         host_ram_available_bytes=host,
         vllm_use_v1=use_v1,
+        flashinfer_sampler=sampler,
     )
     if args.explain:
         from kvwise.planner.explain import run_explain

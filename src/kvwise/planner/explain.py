@@ -104,7 +104,12 @@ def _variant(base: Plan, flags: VllmFlags, knob: Knob) -> Effect | None:
     delta = {k: v for k, v in changed.set_values().items() if flags.set_values().get(k) != v}
     try:
         after = plan(
-            model, base.gpu, changed, vllm_version=base.vllm_version, vllm_use_v1=base.vllm_use_v1
+            model,
+            base.gpu,
+            changed,
+            vllm_version=base.vllm_version,
+            vllm_use_v1=base.vllm_use_v1,
+            flashinfer_sampler=base.flashinfer_sampler,
         )
     except KvwiseError as exc:
         return Effect(knob, delta, None, str(exc))

@@ -50,6 +50,23 @@ V1_HIDDEN_BYTES_PER_DTYPE_BYTE = 1.1  # x dtype bytes per token x hidden: ~one [
 # is 0.24-0.27 GiB at TP1 in the 0.19 sweep; V0 at TP2 on RTX 4090s (no P2P, custom all-reduce
 # off) logs 0.25 GiB (vllm#13061). Fit on those logs: one figure for both engines.
 NON_TORCH_BYTES = int(0.25 * GIB)
+# The same figure, logged by vLLM ("non-torch forward increase", memory_profiling's
+# non_torch_increase) on one card below Hopper (compute capability < 9.0) with nothing else in
+# the process group (TP1, PP1): 0.04-0.06 GiB on five cards from five sources (Tesla T4 0.8.2
+# V0, e-hfcookbook; A10G 0.8.1 V0, f-vllm15360; RTX A6000 0.8.3 V0, f-vllm16141; RTX 2060 12GB,
+# d-q07k; RTX 4080 under WSL2 0.26.0 V1, c-kvcachelab), where the Hopper logs give 0.13-0.14
+# (H100, 0.11.0, e-llmdbench) and 0.24-0.27 (H100, 0.19 sweep). Fit: 0.06 GiB, the largest of the
+# five (leaving any one source out keeps it within 0.04-0.06). Applied where vLLM charges that
+# increase itself: per-instance memory_profiling from 0.6.5 (V0 `worker/worker.py`
+# determine_num_available_blocks, V1 0.9.1+ `v1/worker/gpu_worker.py:determine_available_memory`)
+# up to 0.26. Not before 0.6.5 (the charged figure is the free-memory drop over the profile,
+# which holds the caching allocator's reserved segments), not from 0.27.0 (the charge is
+# `total_consumed`, the free memory lost since the snapshot, where no log separates non-torch
+# memory from unreleased cache segments and a first start's compile), not at TP or PP > 1 (NCCL's
+# communicator memory is non-torch too: vllm#13061 logs 0.25 GiB at TP2 on RTX 4090s), and not on
+# Hopper or later (no log below 0.13 GiB there; Blackwell has no log and keeps 0.25).
+PRE_HOPPER_TP1_NON_TORCH_BYTES = int(0.06 * GIB)
+PRE_HOPPER_NON_TORCH_RELEASES = ((0, 6, 5), (0, 27, 0))  # [since, until)
 # Global accounting (V0 0.6.4, V1 0.8.0-0.9.0: util caps everything on the device) charges the
 # CUDA context and every other process too: vllm#10517 logs 0.35 GiB with nothing else running.
 GLOBAL_NON_TORCH_BYTES = int(0.35 * GIB)
@@ -403,6 +420,17 @@ def before_snapshot_bytes(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionR
     return custom_all_reduce_bytes(gpu, resolved.tensor_parallel_size)
 
 
+def per_instance_non_torch_bytes(gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules) -> int:
+    """The process's own non-torch growth over vLLM's memory profile (per-instance accounting),
+    before what a multi-GPU set-up adds."""
+    since, until = PRE_HOPPER_NON_TORCH_RELEASES
+    is_single_gpu = resolved.tensor_parallel_size * resolved.pipeline_parallel_size == 1
+    is_pre_hopper = not gpu.is_rocm and float(gpu.compute_capability) < 9.0
+    if is_single_gpu and is_pre_hopper and since <= parse_version(rules.version) < until:
+        return PRE_HOPPER_TP1_NON_TORCH_BYTES
+    return NON_TORCH_BYTES
+
+
 def non_torch_bytes(
     model: ModelSpec, gpu: GpuSpec, resolved: ResolvedFlags, rules: VersionRules
 ) -> int:
@@ -412,7 +440,7 @@ def non_torch_bytes(
         others = gpu.memory_bytes - gpu.free_bytes if gpu.free_bytes is not None else 0
         charged = GLOBAL_NON_TORCH_BYTES + others
     else:
-        charged = NON_TORCH_BYTES
+        charged = per_instance_non_torch_bytes(gpu, resolved, rules)
     charged += _multi_gpu_bytes(gpu, resolved.tensor_parallel_size, rules)
     if uses_v2_runner(model, rules):
         charged += V2_PENALTY_BYTES_PER_LOGIT * resolved.max_num_seqs * model.vocab_size
@@ -476,7 +504,8 @@ def _has_flashinfer_sampler(gpu: GpuSpec) -> bool:
     return not gpu.is_rocm and 7.5 <= float(gpu.compute_capability) <= 12.1
 
 
-# V1 runner with FlashInfer (0.10.2-0.16, read at 0.10.2 and 0.11.0): _dummy_sampler_run's top-k and
+# V1 runner with FlashInfer (0.10.2-0.11.0, read at 0.10.2 and 0.11.0; from 0.11.1 FlashInfer is opt-in,
+# VLLM_USE_FLASHINFER_SAMPLER=1, and the rules' `v1_flashinfer_sampler` is off): _dummy_sampler_run's top-k and
 # top-p go to flashinfer.sampling.top_k_top_p_sampling_from_logits (v1/sample/ops/
 # topk_topp_sampler.py:flashinfer_sample), which keeps top_k_mask_logits' masked copy and its softmax
 # alive beside Sampler.forward's fp32 copy and the model-dtype logits: dtype + 3 x 4 bytes per logit

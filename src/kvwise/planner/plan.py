@@ -225,6 +225,7 @@ def plan(
     host_ram_available_bytes: int | None = None,
     startup_free_bytes: int | None = None,
     vllm_use_v1: bool | None = None,
+    flashinfer_sampler: bool | None = None,
 ) -> Plan:
     """Predict what vLLM logs and decides at start-up (all memory figures per GPU).
 
@@ -232,8 +233,14 @@ def plan(
     CUDA context already taken), when known; otherwise `gpu.free_bytes` (NVML, before vLLM)
     less the context, or the whole card less the context. `vllm_use_v1`: the VLLM_USE_V1
     environment variable as set (None: unset), which picks the engine on 0.8.0-0.10.1.
+    `flashinfer_sampler`: whether the V1 runner samples top-k/top-p with FlashInfer (None: the
+    release's default, docs/vllm_rules.md; True: `VLLM_USE_FLASHINFER_SAMPLER=1` from 0.11.1, an
+    install with FlashInfer before; False: `VLLM_USE_FLASHINFER_SAMPLER=0`, or a pip install
+    without the [flashinfer] extra on 0.8.0-0.11.0).
     """
     rules = engine_rules(rules_for(vllm_version), gpu, flags, vllm_use_v1)
+    if flashinfer_sampler is not None and rules.engine == "V1":
+        rules = replace(rules, v1_flashinfer_sampler=flashinfer_sampler)
     model = for_release(model, rules.version, rules.engine)
     resolved = resolve_flags(model, gpu, flags, rules)
     if model.vision is not None:
@@ -299,5 +306,6 @@ def plan(
         setup_not_modelled=memory.setup_not_modelled(gpu, resolved, rules),
         verdict_not_modelled=verdict_not_modelled,
         vllm_use_v1=vllm_use_v1,
+        flashinfer_sampler=flashinfer_sampler,
     )
     return Plan(**{**result.__dict__, "warnings": collect_warnings(result, rules)})

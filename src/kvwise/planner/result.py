@@ -123,6 +123,7 @@ class Plan:
     setup_not_modelled: tuple[str, ...] = ()  # parts of this set-up (not the model) not sized
     verdict_not_modelled: str | None = None  # "not modelled: …" where start/fail is not known
     vllm_use_v1: bool | None = None  # VLLM_USE_V1 as the user set it (None: unset)
+    flashinfer_sampler: bool | None = None  # the V1 sampler as the user stated it (None: default)
 
     @property
     def starts(self) -> bool:
