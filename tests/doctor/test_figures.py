@@ -178,3 +178,20 @@ def test_the_same_profiling_line_yields_all_its_parts() -> None:
 def test_version_and_engine(text: str, version: str | None, engine: str) -> None:
     parsed = parse_log(read_log(text.encode()))
     assert (parsed.version, parsed.engine) == (version, engine)
+
+
+def test_the_real_capture_is_read_after_0_30s_profiling_capture() -> None:
+    # vLLM 0.30.0, Model Runner V2: v1/worker/gpu/cudagraph_utils.py:profile_cudagraph_memory runs
+    # capture_model() before the KV pool, so its "took" line comes first; the real capture and
+    # v1/worker/gpu_worker.py's comparison follow. Lines from batch f's f-llmlab T4 record.
+    text = (
+        "(EngineCore pid=1189) INFO 10-01 11:28:40 [model_runner.py:1066] Graph capturing "
+        "finished in 9 secs, took 0.28 GiB\n"
+        "(EngineCore pid=1189) INFO 10-01 11:28:40 [gpu_worker.py:640] Available KV cache "
+        "memory: 8.67 GiB\n"
+        "(EngineCore pid=1189) INFO 10-01 11:29:10 [model_runner.py:1066] Graph capturing "
+        "finished in 6 secs, took 0.15 GiB\n"
+        "(EngineCore pid=1189) INFO 10-01 11:29:10 [gpu_worker.py:825] CUDA graph pool memory: "
+        "0.15 GiB (actual), 0.34 GiB (estimated), difference: 0.19 GiB (130.3%).\n"
+    )
+    assert _figure(text, "cuda_graph_bytes") == pytest.approx(0.15 * GIB)
