@@ -42,7 +42,7 @@ from tests.doctor.records import pasted
 from tests.planner.accuracy import _hub_ids, _model_argument, _plain, emulated_hub
 
 UNSEEN = Path(__file__).resolve().parents[1] / "data" / "validation" / "unseen"
-VLLM_BATCHES = ("a", "b", "c", "d", "e", "f")
+VLLM_BATCHES = ("a", "b", "c", "d", "e", "f", "g")
 SGLANG_BATCHES = ("unseen", "b", "c")
 
 # SGLang records carry their kind in `outcome` (SGLang's words) -> the doctor's kinds
