@@ -33,7 +33,7 @@ from kvwise.sim.coefficients import choose, profile_keys
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness in tests/sim
 
 from tests.sim.fidelity import Case, load_cases, run_case
-from tests.sim.fit import Target, blend, fit_coefficients, targets
+from tests.sim.fit import COEFFICIENT_NAMES, Target, blend, fit_coefficients, targets
 
 from kvwise.sim.steptime import StepTimeCoefficients
 
@@ -161,7 +161,11 @@ def write(fitted: dict[str, StepTimeCoefficients], source: str) -> None:
     lines = ["FITTED: dict[str, dict[str, float]] = {"]
     for name, values in fitted.items():
         lines.append(f'    "{name}": {{')
-        lines += [f'        "{k}": {float(f"{v:.6g}")!r},' for k, v in asdict(values).items()]
+        # the fitted coefficients only: frontend_token_s is measured (frontend.py), and a
+        # copy of it here would shadow a new measurement
+        lines += [
+            f'        "{k}": {float(f"{getattr(values, k):.6g}")!r},' for k in COEFFICIENT_NAMES
+        ]
         lines.append("    },")
     lines.append("}")
     words, pieces, piece = source.split(" "), [], ""

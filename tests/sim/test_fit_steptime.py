@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from fit_steptime import fit, one_round
@@ -42,3 +44,26 @@ def test_the_fit_stops_after_rounds_without_a_better_score() -> None:
     rounds_run = len(outcome.scores) - 1
     assert rounds_run == 12 or rounds_run == outcome.best_round + 1
     assert outcome.scores[outcome.best_round] == min(outcome.scores)
+
+
+def test_written_sets_leave_the_measured_api_server_token_cost_to_frontend_py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refit must not freeze today's frontend_token_s into every shipped set: with it in
+    FITTED, a new measurement in frontend.py would never reach the simulator."""
+    import fit_steptime
+
+    from kvwise.sim import coefficients
+    from kvwise.sim.frontend import FRONTEND_TOKEN_S
+    from kvwise.sim.steptime import StepTimeCoefficients
+
+    target = tmp_path / "coefficients.py"
+    target.write_text(Path(coefficients.__file__).read_text())
+    monkeypatch.setattr(fit_steptime, "COEFFICIENTS_PY", target)
+    fit_steptime.write({"default": StepTimeCoefficients(frontend_token_s=1e-3)}, "test")
+    namespace: dict[str, object] = {}
+    exec(compile(target.read_text(), str(target), "exec"), namespace)
+    written = namespace["FITTED"]["default"]  # type: ignore[index]
+    assert "frontend_token_s" not in written
+    assert StepTimeCoefficients(**written).frontend_token_s == FRONTEND_TOKEN_S
+    assert written["kv_read"] == StepTimeCoefficients().kv_read
