@@ -37,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, engine_python
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, engine_vllm_version
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -146,11 +146,7 @@ def main(argv: list[str]) -> int:
                 print(f"chat endpoint not measured: {exc}", file=sys.stderr)
         finally:
             engine.stop()
-    version = (
-        os.popen(f"{engine_python()} -c 'import vllm; print(vllm.__version__)' 2>/dev/null")
-        .read()
-        .strip()
-    )
+    version = engine_vllm_version()
     token_s = (many[0] - one[0]) / (n * (m - 1))
     result = {
         "vllm": version,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, engine_python
+from tests.engine_fixture import SERVED_MODEL_NAME, EngineProcess, engine_vllm_version
 
 ENGINE_METRICS = ("vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds")
 
@@ -114,11 +113,7 @@ def main(argv: list[str]) -> int:
             completions2 = phase(url, "/v1/completions", args.requests, args.prompt_words, 300_000)
         finally:
             engine.stop()
-    version = (
-        os.popen(f"{engine_python()} -c 'import vllm; print(vllm.__version__)' 2>/dev/null")
-        .read()
-        .strip()
-    )
+    version = engine_vllm_version()
 
     def mean(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
         return {k: (a[k] + b[k]) / 2 for k in a}

@@ -43,6 +43,13 @@ def engine_python() -> Path:
     return Path(os.environ.get("KVWISE_VLLM_PYTHON", REPO_ROOT / ".venv-vllm" / "bin" / "python"))
 
 
+def engine_vllm_version() -> str:
+    """The vLLM release the engine's Python has installed ("" when it cannot be read)."""
+    probe = [str(engine_python()), "-c", "import vllm; print(vllm.__version__)"]
+    done = subprocess.run(probe, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
 def tiny_model_dir() -> Path:
     return Path(os.environ.get("KVWISE_TINY_MODEL", REPO_ROOT / "build" / "tiny-qwen2"))
 
